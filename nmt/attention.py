@@ -1,0 +1,189 @@
+"""Alignment (score) models: additive, dot, general and local-p attention.
+
+Shape letters used in comments throughout the package:
+    B batch, S source length (padded), T target length, H hidden size, V vocabulary size, L layers.
+
+One contract for every class (documented on :class:`Attention`):
+``forward(query [B, Hq], keys [B, S, Hk], mask [B, S] bool, prepared=None) -> (context [B, Hk], weights [B, S])``.
+``mask`` is True on real source tokens; weights are exactly 0 where it is False.
+
+Key projections (U_a h̄_s for additive, W_a h̄_s for general) are computed once per batch by ``prepare(keys)``
+and passed back in as ``prepared``; nothing is stored on the module between calls.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dimension with masked positions set to -inf first.
+
+    Args:
+        scores: ``[B, S]`` raw scores.
+        mask: ``[B, S]`` bool, True on real tokens; every row must have at least one True.
+
+    Returns:
+        ``[B, S]`` weights, exactly 0 where ``mask`` is False, rows summing to 1.
+    """
+    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+
+
+class Attention(nn.Module):
+    """Global attention with a pluggable score function (Luong et al. 2015, §3.1, eqs. 7-8).
+
+    ``a_t = softmax_s(score(q_t, h̄_s))`` over the real source tokens, ``c_t = Σ_s a_t(s) h̄_s``.
+
+    Subclasses implement :meth:`score` (and :meth:`prepare` when keys can be projected once per batch).
+
+    Args (of :meth:`forward`):
+        query: ``[B, Hq]`` decoder state (Bahdanau: s_{t-1}; Luong: h_t).
+        keys: ``[B, S, Hk]`` encoder states h̄_s.
+        mask: ``[B, S]`` bool, True on real tokens.
+        prepared: ``[B, S, *]`` the result of ``prepare(keys)``; computed here when None.
+
+    Returns:
+        context ``[B, Hk]`` and weights ``[B, S]`` (rows sum to 1 over real tokens, 0 on padding).
+    """
+
+    def __init__(self, query_size: int, key_size: int):
+        super().__init__()
+        self.query_size = query_size
+        self.key_size = key_size
+
+    def prepare(self, keys: torch.Tensor) -> torch.Tensor:
+        """Per-batch key projection ``[B, S, Hk] -> [B, S, *]``; identity by default."""
+        return keys
+
+    def score(self, query: torch.Tensor, prepared: torch.Tensor) -> torch.Tensor:
+        """Raw scores ``[B, S]`` from query ``[B, Hq]`` and prepared keys ``[B, S, *]``."""
+        raise NotImplementedError
+
+    def forward(self, query, keys, mask, prepared=None):
+        if prepared is None:
+            prepared = self.prepare(keys)
+        weights = masked_softmax(self.score(query, prepared), mask)  # [B, S]
+        context = torch.bmm(weights.unsqueeze(1), keys).squeeze(1)  # [B, Hk]
+        return context, weights
+
+
+class Dot(Attention):
+    """Dot score ``score(q, h̄_s) = qᵀ h̄_s`` (Luong et al. 2015, eq. 8, "dot"). No parameters.
+
+    Raises:
+        ValueError: at build time if ``query_size != key_size`` (use ``general`` or ``additive`` instead).
+    """
+
+    def __init__(self, query_size: int, key_size: int, scaled: bool = False):
+        super().__init__(query_size, key_size)
+        if query_size != key_size:
+            raise ValueError(
+                f"dot attention needs query_size == key_size, got {query_size} and {key_size}; "
+                "choose attention=general or attention=additive, which project the keys"
+            )
+        # scaled=True divides by sqrt(d) (Vaswani et al. 2017, eq. 1).
+        self.scale = 1.0 / math.sqrt(key_size) if scaled else 1.0
+
+    def score(self, query, prepared):
+        return torch.bmm(prepared, query.unsqueeze(2)).squeeze(2) * self.scale  # [B, S]
+
+
+class General(Attention):
+    """General (bilinear) score ``score(q, h̄_s) = qᵀ W_a h̄_s`` (Luong et al. 2015, eq. 8, "general").
+
+    ``prepare`` computes ``W_a h̄_s`` ``[B, S, Hq]`` once per batch.
+    """
+
+    def __init__(self, query_size: int, key_size: int):
+        super().__init__(query_size, key_size)
+        self.W_a = nn.Linear(key_size, query_size, bias=False)
+
+    def prepare(self, keys):
+        return self.W_a(keys)  # [B, S, Hq]
+
+    def score(self, query, prepared):
+        return torch.bmm(prepared, query.unsqueeze(2)).squeeze(2)  # [B, S]
+
+
+class Additive(Attention):
+    """Additive score ``score(q, h̄_s) = v_aᵀ tanh(W_a q + U_a h̄_s)`` (Bahdanau et al. 2015, App. A.1.2;
+    Luong et al. 2015, eq. 8, "concat").
+
+    Args:
+        hidden_size: size of the tanh layer; None means ``key_size``.
+
+    ``prepare`` computes ``U_a h̄_s`` ``[B, S, hidden_size]`` once per batch.
+    """
+
+    def __init__(self, query_size: int, key_size: int, hidden_size: int | None = None):
+        super().__init__(query_size, key_size)
+        hidden_size = hidden_size or key_size
+        self.W_a = nn.Linear(query_size, hidden_size, bias=False)
+        self.U_a = nn.Linear(key_size, hidden_size, bias=True)
+        self.v_a = nn.Linear(hidden_size, 1, bias=False)
+
+    def prepare(self, keys):
+        return self.U_a(keys)  # [B, S, A]
+
+    def score(self, query, prepared):
+        energy = torch.tanh(prepared + self.W_a(query).unsqueeze(1))  # [B, S, A]
+        return self.v_a(energy).squeeze(2)  # [B, S]
+
+
+SCORES = {"dot": Dot, "general": General, "additive": Additive}
+
+
+class LocalP(Attention):
+    """Predictive local attention, local-p (Luong et al. 2015, §3.2, eqs. 9-10).
+
+    - Centre: ``p_t = S_b · sigmoid(v_pᵀ tanh(W_p q_t))`` (eq. 9), S_b the length of *this* sentence
+      (real tokens, from the mask), positions counted 0..S_b-1.
+    - Window: hard cut, source positions with ``|s - p_t| <= D`` (and real tokens only).
+    - Weights: ``a_t(s) = align(q_t, h̄_s) · exp(-(s - p_t)² / (2σ²))`` with ``σ = D/2`` (eq. 10), where align
+      is the softmax of the wrapped score over the window only. As in the paper, the weights are **not**
+      renormalised after the Gaussian, so a row sums to at most 1; the returned weights are exactly the ones
+      that multiply the keys. They are 0 outside the window and on padding. Gradients reach p_t through the
+      Gaussian, so no extra loss is needed.
+
+    Args:
+        window: D, the half-width of the window in source positions (the paper uses 10); must be >= 1.
+        score: the wrapped score function, ``"general"`` (the paper's choice), ``"dot"`` or ``"additive"``.
+
+    Raises:
+        ValueError: for ``window < 1`` or an unknown score name.
+    """
+
+    def __init__(self, query_size: int, key_size: int, window: int = 10, score: str = "general"):
+        super().__init__(query_size, key_size)
+        if window < 1:
+            raise ValueError(f"local_p window D must be >= 1 source position, got {window}")
+        if score not in SCORES:
+            raise ValueError(f"local_p score must be one of {sorted(SCORES)}, got {score!r}")
+        self.window = float(window)
+        self.sigma = self.window / 2.0
+        self.inner = SCORES[score](query_size, key_size)
+        self.W_p = nn.Linear(query_size, query_size, bias=False)
+        self.v_p = nn.Linear(query_size, 1, bias=False)
+
+    def prepare(self, keys):
+        return self.inner.prepare(keys)
+
+    def centre(self, query: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Predicted centre p_t ``[B]`` in source positions (eq. 9), in ``[0, S_b]``."""
+        lengths = mask.sum(dim=1).to(query.dtype)  # [B]
+        return lengths * torch.sigmoid(self.v_p(torch.tanh(self.W_p(query)))).squeeze(1)
+
+    def forward(self, query, keys, mask, prepared=None):
+        if prepared is None:
+            prepared = self.prepare(keys)
+        p_t = self.centre(query, mask).unsqueeze(1)  # [B, 1]
+        positions = torch.arange(keys.size(1), device=keys.device, dtype=query.dtype).unsqueeze(0)  # [1, S]
+        distance = positions - p_t  # [B, S]
+        in_window = mask & (distance.abs() <= self.window)  # [B, S]
+        align = masked_softmax(self.inner.score(query, prepared), in_window)  # [B, S]
+        weights = align * torch.exp(-(distance**2) / (2 * self.sigma**2))  # [B, S]
+        context = torch.bmm(weights.unsqueeze(1), keys).squeeze(1)  # [B, Hk]
+        return context, weights

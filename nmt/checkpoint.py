@@ -1,0 +1,112 @@
+"""Building models from config, and checkpoints: the one place in ``nmt/`` that touches Hydra/OmegaConf.
+
+A checkpoint is one file holding only tensors and plain Python data (loadable with
+``torch.load(path, weights_only=True)``): model weights, optimizer/scheduler state, step, epoch, RNG states,
+the resolved config, and the bytes of both SentencePiece models, so it translates on its own. The
+architecture is always rebuilt from the config stored in it, never from the current command line.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from pathlib import Path
+
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from nmt.model import Decoder, Encoder, Seq2Seq
+from nmt.textio import atomic_write
+from nmt.tokenizer import PAD_ID, Tokenizer
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used; the message names the file and why."""
+
+
+def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq:
+    """Instantiate the model described by ``cfg.model``, ``cfg.decoder`` and ``cfg.attention``.
+
+    ``cfg.attention`` is a ``_partial_: true`` node: instantiating it gives the factory the decoder calls
+    with ``query_size``/``key_size``. Raises Hydra's errors for unknown keys and ValueError for invalid sizes.
+    """
+    m = cfg.model
+    encoder = Encoder(src_vocab_size, m.emb_size, m.hidden_size, m.encoder_layers, m.dropout,
+                      decoder_layers=m.decoder_layers, pad_id=PAD_ID)
+    decoder = Decoder(tgt_vocab_size, m.emb_size, m.hidden_size, instantiate(cfg.attention),
+                      num_layers=m.decoder_layers, dropout=m.dropout, style=cfg.decoder.style, pad_id=PAD_ID)
+    return Seq2Seq(encoder, decoder)
+
+
+def bytes_tensor(data: bytes) -> torch.Tensor:
+    """Bytes as a uint8 tensor (safe to store under ``weights_only`` loading)."""
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8).clone()
+
+
+def save(path: str | Path, model: Seq2Seq, cfg: DictConfig, src_tok: Tokenizer, tgt_tok: Tokenizer,
+         **state) -> None:
+    """Write a checkpoint atomically (temporary file, fsync, rename); ``state`` adds optimizer, step, ...
+
+    Everything stored must be tensors or plain data; ``cfg`` is resolved to plain containers here.
+    """
+    payload = {
+        "model": model.state_dict(),
+        "config": OmegaConf.to_container(cfg, resolve=True),
+        "spm": {"src": bytes_tensor(src_tok.model_proto), "tgt": bytes_tensor(tgt_tok.model_proto)},
+        **state,
+    }
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    atomic_write(path, buffer.getvalue())
+
+
+def load_payload(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
+    """Read a checkpoint with ``weights_only=True`` (no code from the file runs).
+
+    Raises:
+        FileNotFoundError: naming the path.
+        CheckpointError: for a file that is not a checkpoint, is truncated, or holds pickled objects.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise CheckpointError(
+            f"{path} was refused: it contains pickled Python objects, not only tensors and plain data, and "
+            f"loading it could run code. Only load checkpoints written by nmt. ({str(err).splitlines()[0]})"
+        ) from None
+    except (RuntimeError, EOFError) as err:
+        raise CheckpointError(f"{path} is not a readable checkpoint (truncated or not a torch file): {err}") from None
+    missing = {"model", "config", "spm"} - set(payload) if isinstance(payload, dict) else {"model"}
+    if missing:
+        raise CheckpointError(f"{path} is not an nmt checkpoint: it lacks {sorted(missing)}")
+    return payload
+
+
+def load(path: str | Path, map_location: str | torch.device = "cpu"):
+    """Rebuild model and tokenizers from a checkpoint.
+
+    Returns:
+        ``(model, cfg, src_tok, tgt_tok, payload)``; the model is in eval mode on ``map_location``.
+
+    Raises:
+        FileNotFoundError / CheckpointError (see :func:`load_payload`), also when the stored SentencePiece
+        models do not match the model's vocabulary sizes.
+    """
+    payload = load_payload(path, map_location)
+    cfg = OmegaConf.create(payload["config"])
+    try:
+        src_tok = Tokenizer(payload["spm"]["src"].cpu().numpy().tobytes(), name=f"{path}:spm/src")
+        tgt_tok = Tokenizer(payload["spm"]["tgt"].cpu().numpy().tobytes(), name=f"{path}:spm/tgt")
+    except (RuntimeError, ValueError) as err:
+        raise CheckpointError(f"{path}: the sentencepiece model stored in it is unusable: {err}") from None
+    model = build_model(cfg, len(src_tok), len(tgt_tok))
+    try:
+        model.load_state_dict(payload["model"])
+    except RuntimeError as err:
+        raise CheckpointError(f"{path}: weights do not fit the architecture in its own config or its "
+                              f"sentencepiece vocabularies ({len(src_tok)}, {len(tgt_tok)}): {err}") from None
+    return model.to(map_location).eval(), cfg, src_tok, tgt_tok, payload

@@ -1,0 +1,210 @@
+"""Corpus -> sentence pairs -> padded batches.
+
+Corpora come from local files (``data=multi30k`` reads ``${NMT_DATA_DIR}/multi30k``, ``data=files`` reads any
+parallel text files) or, when the local Multi30k folder is absent, from the HuggingFace hub through
+``datasets.load_dataset``. Local files are read by :func:`nmt.textio.read_lines` (strict UTF-8, ``\\n`` only),
+not by ``datasets``' text builder, whose line splitting also breaks lines at U+2028 and friends.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from nmt.textio import read_lines
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "valid", "test")
+HUB_SPLITS = {"train": "train", "valid": "validation", "test": "test"}
+
+
+class DataError(ValueError):
+    """A corpus that cannot be used as given; the message says which file and what to do."""
+
+
+@dataclass
+class Parallel:
+    """One split: source and target sentences, line i of one translating line i of the other."""
+
+    name: str
+    src: list[str]
+    tgt: list[str]
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+
+def read_parallel(name: str, src_path: str | Path, tgt_path: str | Path) -> Parallel:
+    """Read two line-aligned files. Raises DataError naming both files and counts when they differ."""
+    src, tgt = read_lines(src_path), read_lines(tgt_path)
+    if len(src) != len(tgt):
+        raise DataError(
+            f"{name}: {src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}; parallel files must have "
+            "the same number of lines (line i of one is the translation of line i of the other)"
+        )
+    return Parallel(name, src, tgt)
+
+
+def _multi30k_local(data_cfg) -> dict[str, Parallel] | None:
+    folder = Path(data_cfg.dir)
+    if not folder.is_dir():
+        return None
+    splits = {}
+    for split in SPLITS:
+        stem = data_cfg.files[split]
+        paths = [folder / f"{stem}.{lang}.gz" for lang in (data_cfg.src_lang, data_cfg.tgt_lang)]
+        missing = [str(p) for p in paths if not p.is_file()]
+        if missing:
+            raise DataError(f"Multi30k folder {folder} exists but lacks {', '.join(missing)}; expected files "
+                            f"{{train,val,test_2016_flickr}}.{{en,de,fr,cs}}.gz (set NMT_DATA_DIR to the folder "
+                            "that holds multi30k/)")
+        splits[split] = read_parallel(split, *paths)
+    return splits
+
+
+def _multi30k_hub(data_cfg) -> dict[str, Parallel]:
+    import datasets  # slow to import: only on the hub path
+
+    langs = {data_cfg.src_lang, data_cfg.tgt_lang}
+    where = (f"put the raw Multi30k files {{train,val,test_2016_flickr}}.{{{data_cfg.src_lang},{data_cfg.tgt_lang}}}.gz "
+             f"in {Path(data_cfg.dir).resolve()} (set NMT_DATA_DIR to the folder that holds multi30k/)")
+    if not langs <= {"en", "de"}:
+        raise DataError(f"the hub copy {data_cfg.hub_id} has only en and de; for {sorted(langs)} {where}")
+    try:
+        ds = datasets.load_dataset(data_cfg.hub_id)
+    except Exception as err:  # offline, hub down, dataset renamed: one message that says what to do
+        raise DataError(f"could not load {data_cfg.hub_id} from the HuggingFace hub ({type(err).__name__}: "
+                        f"{str(err).splitlines()[0] if str(err) else ''}); {where}") from err
+    return {split: Parallel(split, list(ds[hub][data_cfg.src_lang]), list(ds[hub][data_cfg.tgt_lang]))
+            for split, hub in HUB_SPLITS.items()}
+
+
+def load_splits(data_cfg) -> dict[str, Parallel]:
+    """Load train/valid/test as configured by a ``conf/data/*.yaml`` node.
+
+    ``kind: multi30k`` reads ``{dir}/{train,val,test_2016_flickr}.{lang}.gz``, or the hub when ``dir`` is absent;
+    ``kind: files`` reads ``train_src``/``train_tgt``/``valid_*``/``test_*`` (test optional). ``train_limit``
+    keeps the first N training pairs.
+
+    Raises:
+        DataError / FileNotFoundError / nmt.textio.TextFileError, each naming the file and what to do.
+    """
+    if data_cfg.kind == "multi30k":
+        splits = _multi30k_local(data_cfg) or _multi30k_hub(data_cfg)
+    elif data_cfg.kind == "files":
+        splits = {}
+        for split in SPLITS:
+            src, tgt = data_cfg.get(f"{split}_src"), data_cfg.get(f"{split}_tgt")
+            if src and tgt:
+                splits[split] = read_parallel(split, src, tgt)
+            elif split != "test":
+                raise DataError(f"data=files needs data.{split}_src and data.{split}_tgt (paths to text files)")
+    else:
+        raise DataError(f"unknown data.kind {data_cfg.kind!r}: use multi30k or files")
+    if data_cfg.get("train_limit"):
+        train = splits["train"]
+        splits["train"] = Parallel("train", train.src[: data_cfg.train_limit], train.tgt[: data_cfg.train_limit])
+    return splits
+
+
+def encode_pairs(split: Parallel, src_tok, tgt_tok, max_len: int | None = None) -> list[tuple[list[int], list[int]]]:
+    """Encode a training split to (src_ids, tgt_ids) pairs, both ending in EOS.
+
+    Pairs with an empty (or whitespace-only) side are dropped as pairs, and so are pairs with either side
+    longer than ``max_len`` subwords; both counts are logged.
+    """
+    keep = [i for i, (s, t) in enumerate(zip(split.src, split.tgt)) if s.strip() and t.strip()]
+    if len(keep) < len(split):
+        log.info("%s: dropped %d pairs with an empty side", split.name, len(split) - len(keep))
+    src = src_tok.encode_batch([split.src[i] for i in keep])
+    tgt = tgt_tok.encode_batch([split.tgt[i] for i in keep])
+    pairs = [(s, t) for s, t in zip(src, tgt) if max_len is None or max(len(s), len(t)) <= max_len]
+    if len(pairs) < len(src):
+        log.info("%s: dropped %d pairs longer than max_len=%s subwords", split.name, len(src) - len(pairs), max_len)
+    if not pairs:
+        raise DataError(f"{split.name}: no usable sentence pairs left (all empty or longer than max_len={max_len})")
+    return pairs
+
+
+@dataclass
+class Batch:
+    """A padded batch: src ``[B, S]``, src_mask ``[B, S]`` bool (True on real tokens), tgt_in ``[B, T]``
+    (BOS + target), tgt_out ``[B, T]`` (target + EOS; PAD where padded), index ``[B]`` positions in the input."""
+
+    src: torch.Tensor
+    src_mask: torch.Tensor
+    tgt_in: torch.Tensor | None
+    tgt_out: torch.Tensor | None
+    index: torch.Tensor
+
+    @property
+    def num_tgt_tokens(self) -> int:
+        return int((self.tgt_out != 0).sum()) if self.tgt_out is not None else 0
+
+    def to(self, device) -> Batch:
+        move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
+        return Batch(move(self.src), move(self.src_mask), move(self.tgt_in), move(self.tgt_out), move(self.index))
+
+
+def _pad(seqs: list[list[int]], pad_id: int) -> torch.Tensor:
+    out = torch.full((len(seqs), max(len(s) for s in seqs)), pad_id, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+    return out
+
+
+def collate(src: list[list[int]], tgt: list[list[int]] | None, index: list[int], pad_id: int = 0,
+            bos_id: int = 2) -> Batch:
+    """Pad id lists into a :class:`Batch`. ``src`` and ``tgt`` lists end in EOS; tgt may be None (inference)."""
+    src_t = _pad(src, pad_id)
+    tgt_in = tgt_out = None
+    if tgt is not None:
+        tgt_out = _pad(tgt, pad_id)
+        tgt_in = _pad([[bos_id] + t[:-1] for t in tgt], pad_id)
+    return Batch(src_t, src_t != pad_id, tgt_in, tgt_out, torch.tensor(index, dtype=torch.long))
+
+
+def batch_indices(lengths: list[int], batch_tokens: int, shuffle: bool, seed: int = 0,
+                  max_sentences: int | None = None) -> list[list[int]]:
+    """Group example indices into batches of at most ``batch_tokens`` padded tokens (longest side x count).
+
+    Length bucketing: examples are sorted by length (within shuffled pools of ~100 batches when ``shuffle``),
+    cut into batches, and the batch order is shuffled with ``random.Random(seed)``, so one seed per epoch
+    gives one reproducible order. A single example longer than ``batch_tokens`` gets a batch of its own.
+    """
+    rng = random.Random(seed)
+    order = list(range(len(lengths)))
+    if shuffle:
+        rng.shuffle(order)
+    pool = max(1, 100 * batch_tokens // max(1, sum(lengths) // max(1, len(lengths))))
+    batches: list[list[int]] = []
+    for start in range(0, len(order), pool):
+        chunk = sorted(order[start : start + pool], key=lambda i: lengths[i])
+        current: list[int] = []
+        longest = 0
+        for i in chunk:
+            longest_if = max(longest, lengths[i])
+            full = max_sentences is not None and len(current) >= max_sentences
+            if current and (longest_if * (len(current) + 1) > batch_tokens or full):
+                batches.append(current)
+                current, longest_if = [], lengths[i]
+            current.append(i)
+            longest = longest_if
+        if current:
+            batches.append(current)
+    if shuffle:
+        rng.shuffle(batches)
+    return batches
+
+
+def iterate_batches(pairs: list[tuple[list[int], list[int]]], batch_tokens: int, shuffle: bool, seed: int = 0,
+                    pad_id: int = 0, max_sentences: int | None = None):
+    """Yield training :class:`Batch` es over ``pairs`` for one epoch (see :func:`batch_indices`)."""
+    lengths = [max(len(s), len(t)) for s, t in pairs]
+    for idx in batch_indices(lengths, batch_tokens, shuffle, seed, max_sentences):
+        yield collate([pairs[i][0] for i in idx], [pairs[i][1] for i in idx], idx, pad_id)

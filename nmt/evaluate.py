@@ -1,0 +1,120 @@
+"""Translate sentences, score them with sacreBLEU, and write the evaluation artifacts.
+
+Artifacts for a prefix ``P`` (for example ``eval/test``), as in design.md §2:
+``P.hyp`` (one detokenized hypothesis per input line), ``P.scores.json`` (BLEU and chrF with their sacreBLEU
+signatures), ``P.alignments.npz`` (one float32 ``[len(hypothesis_tokens), len(source_tokens)]`` array per line,
+key = 0-based line index), ``P.alignments.jsonl`` (the tokens of each matrix) and ``P.align`` (word-level
+hard alignments, Pharaoh ``i-j``). An empty or whitespace-only input line gives an empty hypothesis, a
+``[0, 0]`` matrix with empty token lists, and an empty alignment line.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import sacrebleu
+import torch
+
+from nmt.alignment import pharaoh_line
+from nmt.data import collate
+from nmt.search import beam, greedy
+from nmt.textio import atomic_write
+from nmt.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Translation:
+    """One translated line: text (detokenized), source/hypothesis pieces (with ``</s>``), alignment
+    ``[len(hyp_pieces), len(src_pieces)]`` float32, and the model score (log-prob / length penalty)."""
+
+    text: str
+    src_pieces: list[str]
+    hyp_pieces: list[str]
+    alignment: np.ndarray
+    score: float
+
+
+EMPTY = Translation("", [], [], np.zeros((0, 0), dtype=np.float32), 0.0)
+
+
+def translate(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sentences: list[str], decode,
+              device: str | torch.device = "cpu", beam_size: int | None = None) -> list[Translation]:
+    """Translate ``sentences`` in batches sorted by length; the result is in input order, one per line.
+
+    Args:
+        decode: a node with ``beam_size`` (1 = greedy), ``length_penalty``, ``max_len_a``, ``max_len_b``,
+            ``batch_size`` (sentences per batch) and ``max_src_len`` (sources longer than this many subwords are
+            cut to it, with a warning; the alignment then covers the kept part).
+        beam_size: overrides ``decode.beam_size`` when given.
+    """
+    beam_size = beam_size or decode.beam_size
+    model.eval()
+    results: list[Translation] = [EMPTY] * len(sentences)
+    todo = [i for i, s in enumerate(sentences) if s.strip()]
+    ids = src_tok.encode_batch([sentences[i] for i in todo])
+    for k, i in enumerate(todo):
+        if len(ids[k]) > decode.max_src_len:
+            log.warning("line %d: %d subwords, cut to max_src_len=%d", i + 1, len(ids[k]), decode.max_src_len)
+            ids[k] = ids[k][: decode.max_src_len - 1] + ids[k][-1:]
+    order = sorted(range(len(todo)), key=lambda k: len(ids[k]))
+    with torch.inference_mode():
+        for start in range(0, len(order), decode.batch_size):
+            chunk = order[start : start + decode.batch_size]
+            batch = collate([ids[k] for k in chunk], None, chunk).to(device)
+            if beam_size == 1:
+                hyps = greedy(model, batch.src, batch.src_mask, decode.max_len_a, decode.max_len_b,
+                              decode.length_penalty)
+            else:
+                hyps = [nbest[0] for nbest in beam(model, batch.src, batch.src_mask, beam_size,
+                                                   decode.length_penalty, decode.max_len_a, decode.max_len_b)]
+            for k, hyp in zip(chunk, hyps):
+                results[todo[k]] = Translation(tgt_tok.decode(hyp.ids), src_tok.pieces(ids[k]),
+                                               tgt_tok.pieces(hyp.ids), hyp.alignment.numpy().astype(np.float32),
+                                               hyp.score)
+    return results
+
+
+def score(hypotheses: list[str], references: list[str]) -> dict:
+    """Corpus BLEU and chrF (sacreBLEU defaults: cased, 13a tokenization; chrF2) with their signatures.
+
+    Raises:
+        ValueError: if the line counts differ (sacreBLEU's Python API does not check this), with both counts.
+    """
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references: "
+                         "BLEU needs exactly one hypothesis per reference line")
+    bleu, chrf = sacrebleu.BLEU(), sacrebleu.CHRF()
+    b = bleu.corpus_score(hypotheses, [references])
+    c = chrf.corpus_score(hypotheses, [references])
+    return {"bleu": round(b.score, 2), "chrf": round(c.score, 2), "bleu_signature": str(bleu.get_signature()),
+            "chrf_signature": str(chrf.get_signature()), "bleu_detail": str(b), "num_sentences": len(hypotheses)}
+
+
+def save_results(prefix: str | Path, translations: list[Translation], scores: dict | None = None) -> None:
+    """Write ``prefix.hyp``, ``.alignments.npz``, ``.alignments.jsonl``, ``.align`` and (with scores)
+    ``.scores.json``; every file is written atomically."""
+    prefix = str(prefix)
+    atomic_write(prefix + ".hyp", "".join(t.text + "\n" for t in translations))
+    save_alignments(prefix + ".alignments.npz", translations)
+    atomic_write(prefix + ".align", "".join(
+        (pharaoh_line(t.alignment, t.src_pieces, t.hyp_pieces) if t.hyp_pieces else "") + "\n"
+        for t in translations))
+    if scores is not None:
+        atomic_write(prefix + ".scores.json", json.dumps(scores, indent=2, ensure_ascii=False) + "\n")
+
+
+def save_alignments(npz_path: str | Path, translations: list[Translation]) -> None:
+    """The alignment matrices (``npz_path``) and their tokens (same path with ``.jsonl``), atomically."""
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **{str(i): t.alignment for i, t in enumerate(translations)})
+    atomic_write(npz_path, buffer.getvalue())
+    jsonl = "".join(json.dumps({"index": i, "source_tokens": t.src_pieces, "hypothesis_tokens": t.hyp_pieces},
+                               ensure_ascii=False) + "\n" for i, t in enumerate(translations))
+    atomic_write(str(npz_path)[: -len(".npz")] + ".jsonl", jsonl)

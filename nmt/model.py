@@ -1,0 +1,214 @@
+"""The RNN encoder-decoder: bidirectional GRU encoder, attentional GRU decoder (Bahdanau or Luong style).
+
+Shape letters: B batch, S source length, T target length, E embedding size, H hidden size, V vocabulary,
+L decoder layers (see :mod:`nmt.attention`). All tensors are batch-first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from nmt.attention import Attention
+
+AttentionFactory = Callable[..., Attention]  # called as factory(query_size=H, key_size=H)
+
+
+class Memory(NamedTuple):
+    """What the decoder attends to, computed once per batch.
+
+    keys ``[B, S, H]`` encoder states h̄_s; prepared ``[B, S, *]`` their projection by ``Attention.prepare``;
+    mask ``[B, S]`` bool, True on real source tokens.
+    """
+
+    keys: torch.Tensor
+    prepared: torch.Tensor
+    mask: torch.Tensor
+
+    def select(self, index: torch.Tensor) -> Memory:
+        """Rows ``index`` ``[B']`` of every tensor (beam expansion and reordering)."""
+        return Memory(*(t.index_select(0, index) for t in self))
+
+
+class DecoderState(NamedTuple):
+    """Recurrent decoder state: hidden ``[L, B, H]``; input_feed ``[B, H]`` the previous attentional vector
+    h̃_{t-1} (Luong) or ``[B, 0]`` (Bahdanau, unused)."""
+
+    hidden: torch.Tensor
+    input_feed: torch.Tensor
+
+    def select(self, index: torch.Tensor) -> DecoderState:
+        """Rows ``index`` ``[B']`` (beam search reorders hypotheses only through this)."""
+        return DecoderState(self.hidden.index_select(1, index), self.input_feed.index_select(0, index))
+
+
+class Encoder(nn.Module):
+    """Embeddings -> bidirectional GRU over packed sequences -> keys ``[B, S, H]`` and a bridge.
+
+    Each direction has ``hidden_size // 2`` units, so the concatenated states h̄_s = [→h_s; ←h_s] have the
+    decoder's size H and dot attention is legal by construction. The decoder's initial state is a learned
+    bridge ``tanh(W_b [→h_S; ←h_1])`` from the final forward and backward states of the top layer, one H-vector
+    per decoder layer.
+
+    Raises:
+        ValueError: if ``hidden_size`` is odd.
+    """
+
+    def __init__(self, vocab_size: int, emb_size: int, hidden_size: int, num_layers: int = 1,
+                 dropout: float = 0.3, decoder_layers: int = 1, pad_id: int = 0):
+        super().__init__()
+        if hidden_size % 2:
+            raise ValueError(f"hidden_size must be even (two directions of hidden_size/2), got {hidden_size}")
+        self.embed = nn.Embedding(vocab_size, emb_size, padding_idx=pad_id)
+        self.dropout = nn.Dropout(dropout)
+        self.rnn = nn.GRU(emb_size, hidden_size // 2, num_layers, batch_first=True, bidirectional=True,
+                          dropout=dropout if num_layers > 1 else 0.0)
+        self.bridge = nn.Linear(hidden_size, decoder_layers * hidden_size)
+        self.decoder_layers = decoder_layers
+
+    def forward(self, src: torch.Tensor, src_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encode a padded batch.
+
+        Args:
+            src: ``[B, S]`` source ids. src_mask: ``[B, S]`` bool, True on real tokens (padding at the end).
+
+        Returns:
+            keys ``[B, S, H]`` (zeros on padding) and the initial decoder hidden state ``[L, B, H]``.
+        """
+        lengths = src_mask.sum(dim=1)  # [B]
+        emb = self.dropout(self.embed(src))  # [B, S, E]
+        packed = pack_padded_sequence(emb, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        out, h_n = self.rnn(packed)  # h_n [2*layers, B, H/2]
+        keys, _ = pad_packed_sequence(out, batch_first=True, total_length=src.size(1))  # [B, S, H]
+        final = torch.cat([h_n[-2], h_n[-1]], dim=1)  # [B, H]
+        hidden = torch.tanh(self.bridge(final))  # [B, L*H]
+        hidden = hidden.view(src.size(0), self.decoder_layers, -1).transpose(0, 1).contiguous()  # [L, B, H]
+        return self.dropout(keys), hidden
+
+
+class Decoder(nn.Module):
+    """Attentional GRU decoder, one target step at a time.
+
+    style ``"luong"`` (Luong et al. 2015, §3 and §3.3 input feeding):
+        h_t = GRU([E y_{t-1}; h̃_{t-1}], h_{t-1});  (c_t, a_t) = attention(h_t);
+        h̃_t = tanh(W_c [c_t; h_t]) (eq. 5);  p(y_t) = softmax(W_s h̃_t) (eq. 6).
+    style ``"bahdanau"`` (Bahdanau et al. 2015, App. A.2.2):
+        (c_t, a_t) = attention(s_{t-1});  s_t = GRU([E y_{t-1}; c_t], s_{t-1});
+        p(y_t) = softmax(W_s tanh(W_o [s_t; c_t; E y_{t-1}])) (a tanh layer in place of the paper's maxout).
+
+    With ``num_layers > 1`` the GRU is a stack with dropout between layers; the top layer's state is the query.
+
+    Args:
+        attention: a factory called as ``attention(query_size=H, key_size=H)`` returning an
+            :class:`nmt.attention.Attention` (Hydra's ``_partial_: true`` objects are such factories).
+
+    Raises:
+        ValueError: for an unknown style.
+    """
+
+    def __init__(self, vocab_size: int, emb_size: int, hidden_size: int, attention: AttentionFactory,
+                 num_layers: int = 1, dropout: float = 0.3, style: str = "luong", pad_id: int = 0):
+        super().__init__()
+        if style not in ("luong", "bahdanau"):
+            raise ValueError(f"decoder.style must be 'luong' or 'bahdanau', got {style!r}")
+        self.style = style
+        self.hidden_size = hidden_size
+        self.embed = nn.Embedding(vocab_size, emb_size, padding_idx=pad_id)
+        self.dropout = nn.Dropout(dropout)
+        self.cells = nn.ModuleList(
+            nn.GRUCell(emb_size + hidden_size if i == 0 else hidden_size, hidden_size) for i in range(num_layers)
+        )
+        self.attention = attention(query_size=hidden_size, key_size=hidden_size)
+        if style == "luong":
+            self.combine = nn.Linear(2 * hidden_size, hidden_size, bias=False)  # W_c
+        else:
+            self.combine = nn.Linear(2 * hidden_size + emb_size, hidden_size)  # W_o
+        self.generator = nn.Linear(hidden_size, vocab_size)  # W_s
+
+    def init_state(self, hidden: torch.Tensor) -> DecoderState:
+        """Initial state from the encoder bridge ``[L, B, H]``; the input feed starts at zeros."""
+        feed = hidden.new_zeros(hidden.size(1), self.hidden_size if self.style == "luong" else 0)
+        return DecoderState(hidden, feed)
+
+    def _stack(self, x: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        """Run the GRU stack one step: x ``[B, in]``, hidden ``[L, B, H]`` -> new hidden ``[L, B, H]``."""
+        new = []
+        for i, cell in enumerate(self.cells):
+            h = cell(x, hidden[i])  # [B, H]
+            new.append(h)
+            x = self.dropout(h)
+        return torch.stack(new)
+
+    def _recur(self, emb: torch.Tensor, state: DecoderState, memory: Memory):
+        """One step up to (not including) the readout: emb ``[B, E]`` -> (features, state, weights ``[B, S]``)."""
+        if self.style == "luong":
+            hidden = self._stack(torch.cat([emb, state.input_feed], dim=1), state.hidden)  # [L, B, H]
+            context, weights = self.attention(hidden[-1], memory.keys, memory.mask, memory.prepared)
+            h_tilde = torch.tanh(self.combine(torch.cat([context, hidden[-1]], dim=1)))  # [B, H]
+            return h_tilde, DecoderState(hidden, h_tilde), weights
+        context, weights = self.attention(state.hidden[-1], memory.keys, memory.mask, memory.prepared)
+        hidden = self._stack(torch.cat([emb, context], dim=1), state.hidden)  # [L, B, H]
+        return torch.cat([hidden[-1], context, emb], dim=-1), DecoderState(hidden, state.input_feed), weights
+
+    def _readout(self, features: torch.Tensor) -> torch.Tensor:
+        """Features ``[..., F]`` -> logits ``[..., V]``."""
+        if self.style == "bahdanau":
+            features = torch.tanh(self.combine(features))  # [..., H]
+        return self.generator(self.dropout(features))
+
+    def step(self, y_prev: torch.Tensor, state: DecoderState, memory: Memory):
+        """One decoding step for search.
+
+        Args:
+            y_prev: ``[B]`` previous target ids (BOS at t=0). state: :class:`DecoderState` for B rows.
+            memory: :class:`Memory` for the same B rows.
+
+        Returns:
+            logits ``[B, V]``, the new state, attention weights ``[B, S]``.
+        """
+        emb = self.dropout(self.embed(y_prev))  # [B, E]
+        features, state, weights = self._recur(emb, state, memory)
+        return self._readout(features), state, weights
+
+    def forward(self, tgt_in: torch.Tensor, state: DecoderState, memory: Memory):
+        """Teacher-forced decoding of a whole batch.
+
+        Args:
+            tgt_in: ``[B, T]`` target ids shifted right (BOS first).
+
+        Returns:
+            logits ``[B, T, V]`` and attention weights ``[B, T, S]`` (row t is a_t, the alignment of output t).
+        """
+        emb = self.dropout(self.embed(tgt_in))  # [B, T, E]
+        features, weights = [], []
+        for t in range(tgt_in.size(1)):
+            f, state, w = self._recur(emb[:, t], state, memory)
+            features.append(f)
+            weights.append(w)
+        # The readout and the output projection need no recurrence: one batched call over all steps.
+        return self._readout(torch.stack(features, dim=1)), torch.stack(weights, dim=1)
+
+
+class Seq2Seq(nn.Module):
+    """Encoder + attentional decoder (Bahdanau et al. 2015; Luong et al. 2015)."""
+
+    def __init__(self, encoder: Encoder, decoder: Decoder):
+        super().__init__()
+        self.encoder = encoder
+        self.decoder = decoder
+
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> tuple[Memory, DecoderState]:
+        """src ``[B, S]``, src_mask ``[B, S]`` -> (:class:`Memory`, initial :class:`DecoderState`)."""
+        keys, hidden = self.encoder(src, src_mask)
+        memory = Memory(keys, self.decoder.attention.prepare(keys), src_mask)
+        return memory, self.decoder.init_state(hidden)
+
+    def forward(self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor):
+        """Teacher forcing: src ``[B, S]``, src_mask ``[B, S]``, tgt_in ``[B, T]`` ->
+        logits ``[B, T, V]``, alignments ``[B, T, S]``."""
+        memory, state = self.encode(src, src_mask)
+        return self.decoder(tgt_in, state, memory)

@@ -1,0 +1,194 @@
+"""Attention heatmaps drawn from saved alignment files, never from a model (a leaf module).
+
+Reads the artifact contract of docs/design.md §2:
+
+* ``X.alignments.npz``: one float32 array per sentence, key = 0-based line index as a string, shape
+  ``[len(hypothesis_tokens), len(source_tokens)]``; an empty input line has a ``[0, 0]`` array.
+* ``X.alignments.jsonl`` (same path, ``.npz`` -> ``.jsonl``): one JSON object per line,
+  ``{"index": int, "source_tokens": [...], "hypothesis_tokens": [...]}`` with sentencepiece pieces.
+
+Token display: a word-initial piece is shown without its "▁" (``"▁Mann"`` -> ``"Mann"``); a piece that
+continues a word is shown with a leading middle dot (``"s"`` -> ``"·s"``), so word starts stay visible;
+special tokens (``"</s>"``) and byte pieces (``"<0xC3>"``) are shown as they are, a bare ``"▁"`` as ``"▁"``.
+
+Usage: ``python -m nmt.plot outputs/RUN/eval/test.alignments.npz --index 0 3 7 --out plots/``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import warnings
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+
+# matplotlib.figure.Figure directly, never pyplot: no GUI backend is touched, the process-wide backend is
+# left alone, and there is no global figure registry to leak when plotting hundreds of sentences.
+from matplotlib.figure import Figure
+
+WORD_START = "\u2581"
+SPECIAL_TOKENS = frozenset({"</s>", "<s>", "<pad>", "<unk>"})
+CONT_MARK = "\u00b7"  # "·" before pieces that continue a word
+FONT = "DejaVu Sans"  # shipped with matplotlib; covers ä ö ü ß é è ç ř š ž ů
+INCH_PER_TOKEN = 0.28
+
+
+def display_token(piece: str) -> str:
+    """How one sentencepiece piece is written on an axis (see the module docstring)."""
+    if piece in SPECIAL_TOKENS or (piece.startswith("<0x") and piece.endswith(">")):
+        return piece
+    if piece.startswith(WORD_START):
+        return piece[len(WORD_START) :] or WORD_START
+    return CONT_MARK + piece
+
+
+def plot_alignment(
+    matrix: np.ndarray,
+    source_tokens: list[str],
+    hypothesis_tokens: list[str],
+    path: str | Path,
+    title: str | None = None,
+) -> Path:
+    """Write one heatmap PNG of a soft alignment.
+
+    Source tokens go along the top (x axis, rotated 90°), hypothesis tokens down the side (y axis); colour
+    scale "Greys" fixed to 0..1 (dark = high weight) with a colorbar. The figure grows with the token counts
+    (about 0.28 inch per token) so sentences of 60 tokens stay readable.
+
+    Args:
+        matrix: ``[len(hypothesis_tokens), len(source_tokens)]`` attention weights ``A[t, s] = a_t(s)``.
+        source_tokens: ``[src_len]`` source pieces.
+        hypothesis_tokens: ``[hyp_len]`` hypothesis pieces.
+        path: where to write the PNG (parent folders are created).
+        title: optional figure title.
+    Returns:
+        the path written.
+    Raises:
+        ValueError: if the matrix is not 2-D, is empty, or its shape does not match the token counts.
+    """
+    a = np.asarray(matrix, dtype=np.float32)
+    expected = (len(hypothesis_tokens), len(source_tokens))
+    if a.shape != expected:
+        raise ValueError(
+            f"alignment matrix has shape {a.shape}, but the tokens give "
+            f"[len(hypothesis_tokens), len(source_tokens)] = {expected}"
+        )
+    if a.size == 0:
+        raise ValueError(f"nothing to plot: empty alignment matrix of shape {a.shape}")
+    hyp_len, src_len = expected
+    width = max(4.0, INCH_PER_TOKEN * src_len + 2.5)
+    height = max(3.0, INCH_PER_TOKEN * hyp_len + 2.0)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with matplotlib.rc_context({"font.family": FONT, "font.size": 10}):
+        fig = Figure(figsize=(width, height), layout="constrained")
+        ax = fig.add_subplot()
+        image = ax.imshow(a, cmap="Greys", vmin=0.0, vmax=1.0, aspect="equal", interpolation="nearest")
+        ax.set_xticks(range(src_len), [display_token(t) for t in source_tokens], rotation=90)
+        ax.set_yticks(range(hyp_len), [display_token(t) for t in hypothesis_tokens])
+        ax.xaxis.tick_top()
+        ax.xaxis.set_label_position("top")
+        ax.set_xlabel("source")
+        ax.set_ylabel("hypothesis")
+        fig.colorbar(image, ax=ax, shrink=min(1.0, 0.3 + 0.05 * hyp_len), label="attention weight")
+        if title:
+            fig.suptitle(title)
+        fig.savefig(path, format="png", dpi=100)
+        fig.clear()
+    return path
+
+
+def _jsonl_path(npz_path: Path) -> Path:
+    return npz_path.with_suffix(".jsonl")
+
+
+def _index_range(keys: list[int]) -> str:
+    return f"{min(keys)}..{max(keys)}" if keys else "none (empty file)"
+
+
+def plot_npz(npz_path: str | Path, indices: list[int], out_dir: str | Path | None = None) -> list[Path]:
+    """Draw the heatmaps of some sentences of a saved ``X.alignments.npz`` (+ its sibling ``.jsonl``).
+
+    Writes ``out_dir/{stem}_{index}.png`` where ``stem`` is the file name without ``.alignments.npz``
+    (e.g. ``test_0.png`` for ``test.alignments.npz``). Each array is ``[len(hypothesis_tokens), len(source_tokens)]``. Empty
+    sentences (``[0, 0]`` arrays) are skipped with a warning.
+
+    Args:
+        npz_path: the ``.alignments.npz`` file.
+        indices: 0-based line indices to plot.
+        out_dir: output folder; default the npz's folder.
+    Returns:
+        the PNG paths written, in the order of ``indices``.
+    Raises:
+        FileNotFoundError: if the npz or the jsonl is missing.
+        KeyError: if an index is not in the npz or the jsonl (the message names the file and the range).
+        ValueError: if an array does not match its tokens.
+    """
+    npz_path = Path(npz_path)
+    jsonl_path = _jsonl_path(npz_path)
+    if not npz_path.is_file():
+        raise FileNotFoundError(f"{npz_path} not found")
+    if not jsonl_path.is_file():
+        raise FileNotFoundError(f"{jsonl_path} not found (tokens for {npz_path})")
+    out = Path(out_dir) if out_dir is not None else npz_path.parent
+    records = {}
+    with open(jsonl_path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                rec = json.loads(line)
+                records[int(rec["index"])] = rec
+    written = []
+    with np.load(npz_path, allow_pickle=False) as npz:
+        keys = sorted(int(k) for k in npz.files)
+        for index in indices:
+            index = int(index)
+            if str(index) not in npz.files:
+                raise KeyError(f"index {index} not in {npz_path}; available indices: {_index_range(keys)}")
+            if index not in records:
+                raise KeyError(
+                    f"index {index} not in {jsonl_path}; available indices: {_index_range(sorted(records))}"
+                )
+            matrix = npz[str(index)]
+            if matrix.size == 0:
+                warnings.warn(f"{npz_path}: sentence {index} is empty, skipped", stacklevel=2)
+                continue
+            rec = records[index]
+            path = out / f"{npz_path.name.removesuffix('.npz').removesuffix('.alignments')}_{index}.png"
+            written.append(
+                plot_alignment(
+                    matrix,
+                    rec["source_tokens"],
+                    rec["hypothesis_tokens"],
+                    path,
+                    title=f"{npz_path.name} #{index}",
+                )
+            )
+    return written
+
+
+def main(argv: list[str] | None = None) -> list[Path]:
+    """Command line: ``python -m nmt.plot FILE.alignments.npz [--index 0 3 7] [--out DIR]``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m nmt.plot", description="Draw attention heatmaps from a saved alignments.npz file."
+    )
+    parser.add_argument(
+        "npz", type=Path, help="X.alignments.npz (the sibling X.alignments.jsonl is read too)"
+    )
+    parser.add_argument(
+        "--index", type=int, nargs="+", default=[0], help="0-based sentence indices (default 0)"
+    )
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default: the npz's folder)")
+    args = parser.parse_args(argv)
+    try:
+        paths = plot_npz(args.npz, args.index, args.out)
+    except (KeyError, ValueError, FileNotFoundError) as err:
+        parser.error(str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err))
+    for p in paths:
+        print(p)
+    return paths
+
+
+if __name__ == "__main__":
+    main()

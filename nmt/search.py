@@ -1,0 +1,167 @@
+"""Greedy and beam search over a :class:`nmt.model.Seq2Seq`, both batched over sentences.
+
+Every hypothesis carries its alignment: the attention rows of its own history, ``[len(ids), S_b]`` with S_b
+the real source length of its sentence (EOS included). The model must be in eval mode; the caller chooses
+the device. Hypotheses always end in EOS: at the maximum length ``max_len_a * S_b + max_len_b`` EOS is forced.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from nmt.model import Seq2Seq
+
+PAD_ID, BOS_ID, EOS_ID = 0, 2, 3  # the ids fixed in nmt.tokenizer (kept literal here: search does not import it)
+
+
+class Hypothesis(NamedTuple):
+    """One translation: ids ``[n]`` (no BOS, ending in EOS), score = log_prob / length penalty,
+    log_prob = Σ log p(y_t) in nats, alignment ``[n, S_b]`` float (row t = attention when emitting ids[t])."""
+
+    ids: list[int]
+    score: float
+    log_prob: float
+    alignment: torch.Tensor
+
+
+def length_penalty(length: torch.Tensor | int, alpha: float) -> torch.Tensor | float:
+    """GNMT length penalty ``lp(Y) = ((5 + |Y|) / 6) ** alpha`` (Wu et al. 2016, eq. 14); 1 for alpha = 0."""
+    return ((5 + length) / 6) ** alpha
+
+
+def log_probs(logits: torch.Tensor) -> torch.Tensor:
+    """Logits ``[B, V]`` -> log-probabilities ``[B, V]`` in float32, with PAD and BOS never generated."""
+    logits = logits.float()
+    logits[:, [PAD_ID, BOS_ID]] = float("-inf")
+    return torch.log_softmax(logits, dim=-1)
+
+
+def max_lengths(src_mask: torch.Tensor, max_len_a: float, max_len_b: int) -> torch.Tensor:
+    """Per-sentence output limit ``[B]`` in tokens (EOS included): ``max_len_a * S_b + max_len_b``, at least 1."""
+    return (max_len_a * src_mask.sum(dim=1) + max_len_b).long().clamp(min=1)
+
+
+@torch.no_grad()
+def greedy(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, max_len_a: float = 1.5,
+           max_len_b: int = 10, length_penalty_alpha: float = 0.0) -> list[Hypothesis]:
+    """Greedy decoding: the argmax token at each step.
+
+    Args:
+        src: ``[B, S]`` source ids; src_mask: ``[B, S]`` bool, True on real tokens.
+
+    Returns:
+        one :class:`Hypothesis` per sentence, in batch order.
+    """
+    memory, state = model.encode(src, src_mask)
+    B = src.size(0)
+    limits = max_lengths(src_mask, max_len_a, max_len_b)  # [B]
+    y = src.new_full((B,), BOS_ID)
+    finished = torch.zeros(B, dtype=torch.bool, device=src.device)
+    log_prob = torch.zeros(B, device=src.device)
+    tokens, weights = [], []
+    for t in range(int(limits.max())):
+        logits, state, w = model.decoder.step(y, state, memory)
+        logp = log_probs(logits)  # [B, V]
+        y = logp.argmax(dim=-1).masked_fill(t + 1 >= limits, EOS_ID)  # [B]
+        log_prob += logp.gather(1, y.unsqueeze(1)).squeeze(1).masked_fill(finished, 0.0)
+        tokens.append(y)
+        weights.append(w)
+        finished |= y == EOS_ID
+        if bool(finished.all()):
+            break
+    tokens_bt = torch.stack(tokens, dim=1).tolist()  # [B, t]
+    weights_bts = torch.stack(weights, dim=1).float().cpu()  # [B, t, S]
+    src_lens = src_mask.sum(dim=1).tolist()
+    hyps = []
+    for b in range(B):
+        n = tokens_bt[b].index(EOS_ID) + 1
+        lp = float(log_prob[b])
+        hyps.append(Hypothesis(tokens_bt[b][:n], lp / length_penalty(n, length_penalty_alpha), lp,
+                               weights_bts[b, :n, : src_lens[b]]))
+    return hyps
+
+
+@torch.no_grad()
+def beam(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, beam_size: int = 5,
+         length_penalty_alpha: float = 0.0, max_len_a: float = 1.5, max_len_b: int = 10,
+         n_best: int = 1) -> list[list[Hypothesis]]:
+    """Beam search, batched over sentences and beams (Sutskever et al. 2014; Wu et al. 2016, §7).
+
+    At each step the 2K best continuations of the K open beams are scored; EOS candidates among the top K are
+    finished, and the K best non-EOS candidates stay open. Finished hypotheses are ranked by
+    ``log_prob / lp(length)``. A sentence stops when it has ``n_best`` finished hypotheses and no open beam
+    can still beat the n-best-th of them (their log-prob only falls and ``lp`` is largest at the maximum
+    length), or when it reaches its maximum length.
+
+    Args:
+        src: ``[B, S]``; src_mask: ``[B, S]`` bool. beam_size: K >= 1. length_penalty_alpha: alpha >= 0.
+        n_best: how many hypotheses to return per sentence (<= beam_size).
+
+    Returns:
+        per sentence, its ``n_best`` hypotheses, best first.
+
+    Raises:
+        ValueError: for beam_size < 1, n_best outside [1, beam_size] or a negative alpha.
+    """
+    K = beam_size
+    if K < 1 or not 1 <= n_best <= K or length_penalty_alpha < 0:
+        raise ValueError(f"need beam_size >= 1, 1 <= n_best <= beam_size and alpha >= 0; got "
+                         f"beam_size={K}, n_best={n_best}, alpha={length_penalty_alpha}")
+    B, S = src.shape
+    device = src.device
+    memory, state = model.encode(src, src_mask)
+    rows = torch.arange(B, device=device).repeat_interleave(K)
+    memory, state = memory.select(rows), state.select(rows)
+    limits = max_lengths(src_mask, max_len_a, max_len_b)  # [B]
+    bound_lp = length_penalty(limits.float(), length_penalty_alpha)  # [B]
+    src_lens = src_mask.sum(dim=1).tolist()
+    scores = torch.full((B, K), float("-inf"), device=device)
+    scores[:, 0] = 0.0  # only one open beam per sentence at the start
+    y = src.new_full((B * K,), BOS_ID)
+    tokens = src.new_zeros(B * K, 0)
+    attn = torch.zeros(B * K, 0, S, device=device)
+    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+    nbest_floor = torch.full((B,), float("-inf"), device=device)  # n-best-th finished score per sentence
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    offsets = (torch.arange(B, device=device) * K).unsqueeze(1)  # [B, 1]
+    for t in range(int(limits.max())):
+        logits, state, w = model.decoder.step(y, state, memory)
+        logp = log_probs(logits)  # [B*K, V]
+        V = logp.size(1)
+        at_limit = (t + 1 >= limits).repeat_interleave(K)  # [B*K]
+        if bool(at_limit.any()):
+            eos_logp = logp[:, EOS_ID].clone()
+            logp[at_limit] = float("-inf")
+            logp[at_limit, EOS_ID] = eos_logp[at_limit]
+        cand = (scores.view(-1, 1) + logp).view(B, K * V)
+        top_scores, top_idx = cand.topk(min(2 * K, K * V), dim=1)  # [B, 2K]
+        src_row = top_idx // V + offsets  # [B, 2K] rows into the B*K beams
+        tok = top_idx % V
+        is_eos = tok == EOS_ID
+        final = is_eos[:, :K] & torch.isfinite(top_scores[:, :K]) & ~done.unsqueeze(1)  # [B, K]
+        for b, j in final.nonzero().tolist():
+            r = int(src_row[b, j])
+            n = t + 1
+            raw = float(top_scores[b, j])
+            align = torch.cat([attn[r], w[r].unsqueeze(0)])[:, : src_lens[b]].float().cpu()
+            finished[b].append(Hypothesis(tokens[r].tolist() + [EOS_ID], raw / length_penalty(n, length_penalty_alpha),
+                                          raw, align))
+            if len(finished[b]) >= n_best:
+                nbest_floor[b] = sorted((h.score for h in finished[b]), reverse=True)[n_best - 1]
+        # Keep the K best non-EOS candidates (EOS ones sort last and are closed if they are still picked).
+        rank = torch.arange(is_eos.size(1), device=device) + is_eos.long() * is_eos.size(1)
+        keep = rank.argsort(dim=1)[:, :K]  # [B, K]
+        new_scores = top_scores.gather(1, keep).masked_fill(is_eos.gather(1, keep), float("-inf"))
+        best_open = new_scores.max(dim=1).values  # [B]
+        done |= (t + 1 >= limits) | (nbest_floor >= best_open / bound_lp)
+        if bool(done.all()):
+            break
+        scores = new_scores.masked_fill(done.unsqueeze(1), float("-inf"))
+        new_rows = src_row.gather(1, keep).view(-1)  # [B*K]
+        y = tok.gather(1, keep).view(-1)
+        state = state.select(new_rows)
+        tokens = torch.cat([tokens[new_rows], y.unsqueeze(1)], dim=1)
+        attn = torch.cat([attn[new_rows], w[new_rows].unsqueeze(1)], dim=1)
+    return [sorted(f, key=lambda h: -h.score)[:n_best] for f in finished]

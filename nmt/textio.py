@@ -1,0 +1,76 @@
+"""Text files in and out, strictly: what a line is, what an encoding error says, and atomic writes.
+
+Lines are split on ``\\n`` only (``\\r\\n`` counts as ``\\n``); a lone ``\\r``, U+2028, U+2029 or U+0085 inside
+a line stays inside it (Python's ``str.splitlines`` would split there and shift every later line). A UTF-8
+byte-order mark at the start of a file is dropped. Files ending in ``.gz`` are decompressed; ``-`` is stdin.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+
+class TextFileError(ValueError):
+    """A text file that cannot be read as UTF-8 lines; the message names the file, line and what to do."""
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """Read a UTF-8 text file (plain, ``.gz``, or ``-`` for stdin) into lines without their line ends.
+
+    Returns:
+        one string per line; a final line without ``\\n`` counts, a file ending in ``\\n`` has no extra empty line.
+
+    Raises:
+        FileNotFoundError: naming the path.
+        TextFileError: for bytes that are not UTF-8, naming the file, the 1-based line number and the byte.
+    """
+    if str(path) == "-":
+        data = sys.stdin.buffer.read()
+    else:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"file not found: {path}")
+        data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    raw_lines = data.split(b"\n")
+    if raw_lines and raw_lines[-1] == b"":
+        raw_lines.pop()
+    lines = []
+    for number, raw in enumerate(raw_lines, start=1):
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+        try:
+            lines.append(raw.decode("utf-8"))
+        except UnicodeDecodeError as err:
+            raise TextFileError(
+                f"{path}: line {number}: byte 0x{raw[err.start]:02x} at column {err.start + 1} is not valid UTF-8; "
+                f"re-encode the file as UTF-8 (for example: iconv -f latin1 -t utf-8 {path} > fixed.txt)"
+            ) from None
+    return lines
+
+
+def atomic_write(path: str | Path, data: str | bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same folder, fsync and rename, so that a
+    reader (or a crash) never sees a half-written file. ``-`` writes text to stdout."""
+    if str(path) == "-":
+        sys.stdout.write(data if isinstance(data, str) else data.decode("utf-8"))
+        sys.stdout.flush()
+        return
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,246 @@
+"""``train(cfg, run_dir)``: subwords, batches, the training loop, validation, checkpoints, final evaluation.
+
+The run directory follows design.md §2: ``spm/``, ``checkpoints/{best,last}.pt``, ``metrics.jsonl``,
+``eval/{split}.*`` (the configured decoder, beam search by default), ``eval/greedy/{split}.*`` and ``plots/``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from nmt import checkpoint
+from nmt.data import Parallel, encode_pairs, iterate_batches, load_splits
+from nmt.evaluate import save_results, score, translate
+from nmt.plot import plot_npz
+from nmt.tokenizer import PAD_ID, Tokenizer, train_spm
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Progress:
+    """Where training stands; saved in checkpoints as plain data."""
+
+    step: int = 0
+    epoch: int = 0
+    best_bleu: float = -1.0
+    best_step: int = 0
+    bad_validations: int = 0
+    train_seconds: float = 0.0
+    history: list = field(default_factory=list)
+
+
+def pick_device(name: str) -> torch.device:
+    """``auto`` -> cuda when available, else cpu; anything else is passed to ``torch.device``."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def prepare_tokenizers(tok_cfg, train: Parallel, spm_dir: Path) -> tuple[Tokenizer, Tokenizer]:
+    """Train SentencePiece on the training split (joint or one per side), or reuse models already in ``spm_dir``."""
+    names = ["joint", "joint"] if tok_cfg.joint else ["src", "tgt"]
+    texts = {"joint": train.src + train.tgt, "src": train.src, "tgt": train.tgt}
+    for name in set(names):
+        path = spm_dir / f"{name}.model"
+        if not path.is_file():
+            log.info("training sentencepiece %s model (%s, %d pieces) on %d sentences", name, tok_cfg.model_type,
+                     tok_cfg.vocab_size, len(texts[name]))
+            train_spm(texts[name], path, tok_cfg.vocab_size, tok_cfg.model_type,
+                      byte_fallback=tok_cfg.byte_fallback)
+    return Tokenizer.load(spm_dir / f"{names[0]}.model"), Tokenizer.load(spm_dir / f"{names[1]}.model")
+
+
+def loss_fn(logits: torch.Tensor, tgt_out: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
+    """Summed cross-entropy (nats) over non-pad target tokens: logits ``[B, T, V]``, tgt_out ``[B, T]``."""
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt_out.reshape(-1), ignore_index=PAD_ID,
+                           label_smoothing=label_smoothing, reduction="sum")
+
+
+@torch.no_grad()
+def validation_loss(model, pairs, batch_tokens: int, device) -> float:
+    """Mean per-token cross-entropy (nats, no label smoothing) of ``pairs`` under teacher forcing."""
+    model.eval()
+    total, tokens = 0.0, 0
+    for batch in iterate_batches(pairs, batch_tokens, shuffle=False):
+        batch = batch.to(device)
+        logits, _ = model(batch.src, batch.src_mask, batch.tgt_in)
+        total += float(loss_fn(logits, batch.tgt_out))
+        tokens += batch.num_tgt_tokens
+    model.train()
+    return total / max(tokens, 1)
+
+
+def make_optimizer(model, cfg):
+    """Adam and the configured learning-rate schedule (``plateau``: halve on no BLEU gain; ``constant``)."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr)
+    if cfg.train.lr_scheduler == "plateau":
+        scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
+            optimizer, mode="max", factor=cfg.train.lr_factor, patience=cfg.train.lr_patience,
+            min_lr=cfg.train.min_lr)
+    elif cfg.train.lr_scheduler == "constant":
+        scheduler = None
+    else:
+        raise ValueError(f"train.lr_scheduler must be 'plateau' or 'constant', got {cfg.train.lr_scheduler!r}")
+    return optimizer, scheduler
+
+
+def train(cfg, run_dir: str | Path) -> dict:
+    """Train, validate and evaluate one model as configured; return the final metrics.
+
+    Returns:
+        a dict with ``valid_bleu`` (best greedy validation BLEU), per-split test/valid BLEU and chrF for
+        greedy and the configured decoder, ``steps``, ``train_minutes`` and ``run_dir``.
+    """
+    run_dir = Path(run_dir)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    if cfg.get("threads"):
+        torch.set_num_threads(cfg.threads)
+    device = pick_device(cfg.device)
+    splits = load_splits(cfg.data)
+    src_tok, tgt_tok = prepare_tokenizers(cfg.tokenizer, splits["train"], run_dir / "spm")
+    train_pairs = encode_pairs(splits["train"], src_tok, tgt_tok, cfg.data.max_len)
+    valid_pairs = encode_pairs(splits["valid"], src_tok, tgt_tok)
+    model = checkpoint.build_model(cfg, len(src_tok), len(tgt_tok)).to(device)
+    log.info("model: %.2fM parameters, attention=%s, decoder=%s, device=%s; %d training pairs",
+             sum(p.numel() for p in model.parameters()) / 1e6, type(model.decoder.attention).__name__,
+             cfg.decoder.style, device, len(train_pairs))
+    optimizer, scheduler = make_optimizer(model, cfg)
+    progress = train_loop(cfg, model, optimizer, scheduler, train_pairs, valid_pairs, splits["valid"],
+                          (src_tok, tgt_tok), run_dir, device)
+    results = final_evaluation(cfg, splits, run_dir, device)
+    results.update(valid_bleu=progress.best_bleu, steps=progress.step, train_minutes=progress.train_seconds / 60,
+                   run_dir=str(run_dir))
+    log.info("final: %s", json.dumps(results))
+    return results
+
+
+def train_loop(cfg, model, optimizer, scheduler, train_pairs, valid_pairs, valid: Parallel, toks, run_dir, device):
+    """Run updates until max_steps / max_epochs / max_minutes / early stopping; validate every N steps."""
+    t = cfg.train
+    progress = Progress()
+    start = time.monotonic()
+    window_tokens, window_start, window_loss, window_steps = 0, time.monotonic(), 0.0, 0
+    bar = tqdm(total=t.max_steps, desc="train", unit="step", mininterval=2.0, dynamic_ncols=True)
+    model.train()
+    stop = None
+    while stop is None:
+        for batch in iterate_batches(train_pairs, t.batch_tokens, shuffle=True, seed=cfg.seed + progress.epoch):
+            batch = batch.to(device)
+            logits, _ = model(batch.src, batch.src_mask, batch.tgt_in)
+            ntok = batch.num_tgt_tokens
+            loss = loss_fn(logits, batch.tgt_out, t.label_smoothing)
+            optimizer.zero_grad(set_to_none=True)
+            (loss / ntok).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip)
+            optimizer.step()
+            progress.step += 1
+            window_tokens += ntok
+            window_loss += float(loss.detach())
+            window_steps += 1
+            rate = window_tokens / max(time.monotonic() - window_start, 1e-9)
+            bar.update(1)
+            bar.set_postfix(epoch=progress.epoch, loss=f"{float(loss.detach()) / ntok:.3f}", tok_s=f"{rate:.0f}", refresh=False)
+            elapsed = time.monotonic() - start
+            stop = stop_reason(t, progress, elapsed)
+            if progress.step % t.valid_every == 0 or stop:
+                progress.train_seconds = elapsed
+                record = {"train_loss": window_loss / max(window_tokens, 1), "tokens_per_sec": rate}
+                stop = validate(cfg, model, optimizer, scheduler, valid_pairs, valid, toks, run_dir, device,
+                                progress, record) or stop
+                window_tokens, window_start, window_loss, window_steps = 0, time.monotonic(), 0.0, 0
+            if stop:
+                break
+        else:
+            progress.epoch += 1
+            stop = stop_reason(t, progress, time.monotonic() - start)
+            if stop and window_steps:
+                progress.train_seconds = time.monotonic() - start
+                record = {"train_loss": window_loss / max(window_tokens, 1),
+                          "tokens_per_sec": window_tokens / max(time.monotonic() - window_start, 1e-9)}
+                validate(cfg, model, optimizer, scheduler, valid_pairs, valid, toks, run_dir, device, progress, record)
+    bar.close()
+    log.info("training stopped after %d steps (%d epochs, %.1f min): %s", progress.step, progress.epoch,
+             progress.train_seconds / 60, stop)
+    return progress
+
+
+def stop_reason(t, progress: Progress, elapsed: float) -> str | None:
+    """Why training should stop now, or None."""
+    if t.max_steps and progress.step >= t.max_steps:
+        return f"max_steps={t.max_steps} reached"
+    if t.max_epochs and progress.epoch >= t.max_epochs:
+        return f"max_epochs={t.max_epochs} reached"
+    if t.max_minutes and elapsed >= 60 * t.max_minutes:
+        return f"max_minutes={t.max_minutes} reached"
+    return None
+
+
+def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, toks, run_dir, device,
+             progress: Progress, record: dict) -> str | None:
+    """Validation loss/perplexity and greedy BLEU; checkpoints; metrics.jsonl. Returns a stop reason or None."""
+    src_tok, tgt_tok = toks
+    valid_loss = validation_loss(model, valid_pairs, cfg.train.batch_tokens, device)
+    hyps = translate(model, src_tok, tgt_tok, valid.src, cfg.decode, device, beam_size=1)
+    bleu = score([h.text for h in hyps], valid.tgt)["bleu"]
+    model.train()
+    record = {"step": progress.step, "epoch": progress.epoch, **record, "valid_loss": valid_loss,
+              "valid_ppl": math.exp(min(valid_loss, 50)), "valid_bleu": bleu, "lr": optimizer.param_groups[0]["lr"],
+              "elapsed_sec": round(progress.train_seconds, 1)}
+    with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(record) + "\n")
+    log.info("step %d: valid loss %.3f ppl %.2f BLEU %.2f (%.0f tok/s)", progress.step, valid_loss,
+             record["valid_ppl"], bleu, record["tokens_per_sec"])
+    improved = bleu > progress.best_bleu
+    if improved:
+        progress.best_bleu, progress.best_step, progress.bad_validations = bleu, progress.step, 0
+    else:
+        progress.bad_validations += 1
+    if scheduler is not None:
+        scheduler.step(bleu)
+    state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict() if scheduler else None,
+             "progress": asdict(progress), "rng": {"torch": torch.get_rng_state(), "python": random.getstate()}}
+    ckpt_dir = run_dir / "checkpoints"
+    checkpoint.save(ckpt_dir / "last.pt", model, cfg, src_tok, tgt_tok, **state)
+    if improved:
+        checkpoint.save(ckpt_dir / "best.pt", model, cfg, src_tok, tgt_tok, **state)
+    if cfg.train.patience and progress.bad_validations >= cfg.train.patience:
+        return f"no validation BLEU gain in {cfg.train.patience} validations (early stopping)"
+    return None
+
+
+def final_evaluation(cfg, splits: dict[str, Parallel], run_dir: Path, device) -> dict:
+    """Decode valid and test with the best checkpoint, greedy and the configured decoder; write eval/ and plots/."""
+    model, _, src_tok, tgt_tok, _ = checkpoint.load(run_dir / "checkpoints" / "best.pt", device)
+    results = {}
+    decoders = {"greedy": 1} if cfg.decode.beam_size == 1 else {"greedy": 1, f"beam{cfg.decode.beam_size}": None}
+    for split in ("valid", "test"):
+        if split not in splits:
+            continue
+        for name, beam_size in decoders.items():
+            hyps = translate(model, src_tok, tgt_tok, splits[split].src, cfg.decode, device, beam_size=beam_size)
+            scores = score([h.text for h in hyps], splits[split].tgt)
+            scores.update(beam_size=beam_size or cfg.decode.beam_size, length_penalty=cfg.decode.length_penalty,
+                          attention=cfg.attention._target_.rsplit(".", 1)[-1], decoder_style=cfg.decoder.style,
+                          checkpoint=str(run_dir / "checkpoints" / "best.pt"), split=split, decoder=name)
+            main = name != "greedy" or len(decoders) == 1
+            out = run_dir / "eval" / ("" if main else "greedy") / split
+            save_results(out, hyps, scores)
+            results[f"{split}_{name}_bleu"], results[f"{split}_{name}_chrf"] = scores["bleu"], scores["chrf"]
+            results.setdefault("bleu_signature", scores["bleu_signature"])
+            log.info("%s %s: %s", split, name, scores["bleu_detail"])
+    if cfg.eval.plots and "test" in splits:
+        plot_npz(run_dir / "eval" / "test.alignments.npz", range(min(cfg.eval.plots, len(splits["test"]))),
+                 run_dir / "plots")
+    return results

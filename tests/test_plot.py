@@ -1,0 +1,110 @@
+"""Heatmaps drawn from saved alignment files (nmt.plot): the npz + jsonl artifact contract."""
+
+import json
+import struct
+import warnings
+
+import numpy as np
+import pytest
+
+from nmt.plot import display_token, main, plot_alignment, plot_npz
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SENTENCES = [
+    (["▁Die", "▁Größe", "▁der", "▁Straße", "</s>"], ["▁The", "▁size", "▁of", "▁the", "▁street", "</s>"]),
+    ([], []),  # an empty input line: [0, 0] array
+    (["▁Řeka", "▁teče", "▁přes", "▁ú", "zem", "í", "</s>"], ["▁The", "▁river", "▁flows", "</s>"]),
+    (["▁Ça", "▁été", "</s>"], ["▁That", "▁was", "</s>"]),
+]
+
+
+def png_size(path):
+    """(width, height) in pixels, read from the IHDR chunk; asserts the PNG magic bytes."""
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC, f"{path} is not a PNG"
+    assert len(data) > 2000, f"{path} is implausibly small ({len(data)} bytes)"
+    return struct.unpack(">II", data[16:24])
+
+
+@pytest.fixture
+def artifacts(tmp_path):
+    """A small eval/test.alignments.npz + .jsonl pair, as evaluate writes them."""
+    rng = np.random.default_rng(0)
+    arrays, lines = {}, []
+    for i, (src, hyp) in enumerate(SENTENCES):
+        a = rng.random((len(hyp), len(src))).astype(np.float32)
+        arrays[str(i)] = a / a.sum(axis=1, keepdims=True) if a.size else np.zeros((0, 0), np.float32)
+        lines.append(
+            json.dumps({"index": i, "source_tokens": src, "hypothesis_tokens": hyp}, ensure_ascii=False)
+        )
+    eval_dir = tmp_path / "eval"
+    eval_dir.mkdir()
+    npz = eval_dir / "test.alignments.npz"
+    np.savez(npz, **arrays)
+    (eval_dir / "test.alignments.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return npz
+
+
+def test_plot_npz_writes_pngs(artifacts, tmp_path):
+    out = tmp_path / "plots"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # includes matplotlib's "Glyph ... missing from font" warnings
+        paths = plot_npz(artifacts, [0, 2, 3], out)
+    assert [p.name for p in paths] == [f"test_{i}.png" for i in (0, 2, 3)]
+    for p in paths:
+        assert p.parent == out
+        width, height = png_size(p)
+        assert 300 <= width < 5000 and 300 <= height < 5000
+
+
+def test_empty_sentence_skipped_with_warning(artifacts, tmp_path):
+    with pytest.warns(UserWarning, match="empty"):
+        paths = plot_npz(artifacts, [1], tmp_path / "plots")
+    assert paths == []
+
+
+def test_missing_index_names_file_and_range(artifacts):
+    with pytest.raises(KeyError, match=r"test\.alignments\.npz.*0\.\.3"):
+        plot_npz(artifacts, [99])
+
+
+def test_main_cli(artifacts, tmp_path, capsys):
+    out = tmp_path / "cli"
+    paths = main([str(artifacts), "--index", "0", "3", "--out", str(out)])
+    assert sorted(p.name for p in out.iterdir()) == ["test_0.png", "test_3.png"]
+    assert all(png_size(p) for p in paths)
+    assert "test_0.png" in capsys.readouterr().out
+    # defaults: --index 0, --out = the npz's folder
+    main([str(artifacts)])
+    assert (artifacts.parent / "test_0.png").is_file()
+    with pytest.raises(SystemExit):
+        main([str(artifacts), "--index", "42"])
+
+
+def test_figure_grows_with_sentence_length(tmp_path):
+    small = plot_alignment(
+        np.eye(3, dtype=np.float32), ["▁a", "▁b", "</s>"], ["▁x", "▁y", "</s>"], tmp_path / "small.png"
+    )
+    n = 60
+    src = [f"▁wört{i}" for i in range(n)]
+    hyp = [f"▁w{i}" for i in range(n - 10)]
+    big = plot_alignment(
+        np.full((n - 10, n), 1.0 / n, np.float32), src, hyp, tmp_path / "big.png", title="60 tokens"
+    )
+    (w_small, h_small), (w_big, h_big) = png_size(small), png_size(big)
+    assert w_big > 3 * w_small and h_big > 3 * h_small
+    assert w_big >= n * 20  # at least ~20 px per source token at dpi 100
+
+
+def test_shape_mismatch_raises(tmp_path):
+    with pytest.raises(ValueError, match=r"\(2, 3\).*\(3, 2\)"):
+        plot_alignment(np.zeros((2, 3)), ["▁a", "</s>"], ["▁x", "▁y", "</s>"], tmp_path / "x.png")
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_display_token():
+    assert display_token("▁Mann") == "Mann"
+    assert display_token("s") == "·s"
+    assert display_token("</s>") == "</s>"
+    assert display_token("<0xC3>") == "<0xC3>"
+    assert display_token("▁") == "▁"

@@ -1,0 +1,37 @@
+"""Translate a text file with a trained checkpoint: ``python translate.py checkpoint=PATH input=FILE output=FILE``."""
+
+import json
+import logging
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from nmt import checkpoint
+from nmt.evaluate import save_alignments, score, translate
+from nmt.plot import plot_npz
+from nmt.textio import atomic_write, read_lines
+from nmt.training import pick_device
+
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="translate")
+def main(cfg: DictConfig) -> None:
+    """Load the checkpoint, translate every input line (one output line each), save what was asked."""
+    device = pick_device(cfg.device)
+    sentences = read_lines(cfg.input)
+    model, _, src_tok, tgt_tok, _ = checkpoint.load(cfg.checkpoint, device)
+    results = translate(model, src_tok, tgt_tok, sentences, cfg.decode, device, beam_size=cfg.beam_size)
+    atomic_write(cfg.output, "".join(t.text + "\n" for t in results))
+    if cfg.alignments:
+        save_alignments(cfg.alignments, results)
+        if cfg.plots:
+            plot_npz(cfg.alignments, [i for i in range(min(cfg.plot_first, len(results))) if results[i].text],
+                     cfg.plots)
+    if cfg.reference:
+        print(json.dumps(score([t.text for t in results], read_lines(cfg.reference)), indent=2), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
