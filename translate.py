@@ -5,13 +5,13 @@ import logging
 import sys
 
 import hydra
+import torch
 from omegaconf import DictConfig
 
 from nmt import checkpoint
 from nmt.evaluate import save_alignments, score, translate
 from nmt.plot import plot_npz
 from nmt.textio import atomic_write, read_lines
-from nmt.training import pick_device
 
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
 
@@ -19,7 +19,9 @@ logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stre
 @hydra.main(version_base="1.3", config_path="conf", config_name="translate")
 def main(cfg: DictConfig) -> None:
     """Load the checkpoint, translate every input line (one output line each), save what was asked."""
-    device = pick_device(cfg.device)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    device = checkpoint.pick_device(cfg.device)
     sentences = read_lines(cfg.input)
     model, _, src_tok, tgt_tok, _ = checkpoint.load(cfg.checkpoint, device)
     results = translate(model, src_tok, tgt_tok, sentences, cfg.decode, device, beam_size=cfg.beam_size)

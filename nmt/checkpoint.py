@@ -25,6 +25,13 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be used; the message names the file and why."""
 
 
+def pick_device(name: str) -> torch.device:
+    """``auto`` -> cuda when available, else cpu; anything else is passed to ``torch.device``."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
 def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq:
     """Instantiate the model described by ``cfg.model``, ``cfg.decoder`` and ``cfg.attention``.
 

@@ -68,13 +68,13 @@ def _multi30k_local(data_cfg) -> dict[str, Parallel] | None:
 
 
 def _multi30k_hub(data_cfg) -> dict[str, Parallel]:
-    import datasets  # slow to import: only on the hub path
-
     langs = {data_cfg.src_lang, data_cfg.tgt_lang}
     where = (f"put the raw Multi30k files {{train,val,test_2016_flickr}}.{{{data_cfg.src_lang},{data_cfg.tgt_lang}}}.gz "
              f"in {Path(data_cfg.dir).resolve()} (set NMT_DATA_DIR to the folder that holds multi30k/)")
     if not langs <= {"en", "de"}:
         raise DataError(f"the hub copy {data_cfg.hub_id} has only en and de; for {sorted(langs)} {where}")
+    import datasets  # slow to import: only on the hub path
+
     try:
         ds = datasets.load_dataset(data_cfg.hub_id)
     except Exception as err:  # offline, hub down, dataset renamed: one message that says what to do
@@ -89,7 +89,7 @@ def load_splits(data_cfg) -> dict[str, Parallel]:
 
     ``kind: multi30k`` reads ``{dir}/{train,val,test_2016_flickr}.{lang}.gz``, or the hub when ``dir`` is absent;
     ``kind: files`` reads ``train_src``/``train_tgt``/``valid_*``/``test_*`` (test optional). ``train_limit``
-    keeps the first N training pairs.
+    keeps the first N training pairs, ``eval_limit`` the first N validation and test pairs (quick runs).
 
     Raises:
         DataError / FileNotFoundError / nmt.textio.TextFileError, each naming the file and what to do.
@@ -109,6 +109,11 @@ def load_splits(data_cfg) -> dict[str, Parallel]:
     if data_cfg.get("train_limit"):
         train = splits["train"]
         splits["train"] = Parallel("train", train.src[: data_cfg.train_limit], train.tgt[: data_cfg.train_limit])
+    if data_cfg.get("eval_limit"):
+        n = data_cfg.eval_limit
+        for name in ("valid", "test"):
+            if name in splits:
+                splits[name] = Parallel(name, splits[name].src[:n], splits[name].tgt[:n])
     return splits
 
 
@@ -147,7 +152,7 @@ class Batch:
         return int((self.tgt_out != 0).sum()) if self.tgt_out is not None else 0
 
     def to(self, device) -> Batch:
-        move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
+        move = lambda t: None if t is None else t.to(device, non_blocking=True)
         return Batch(move(self.src), move(self.src_mask), move(self.tgt_in), move(self.tgt_out), move(self.index))
 
 

@@ -1,8 +1,9 @@
 """Text files in and out, strictly: what a line is, what an encoding error says, and atomic writes.
 
-Lines are split on ``\\n`` only (``\\r\\n`` counts as ``\\n``); a lone ``\\r``, U+2028, U+2029 or U+0085 inside
-a line stays inside it (Python's ``str.splitlines`` would split there and shift every later line). A UTF-8
-byte-order mark at the start of a file is dropped. Files ending in ``.gz`` are decompressed; ``-`` is stdin.
+Lines are split on ``\\n`` only. A ``\\r`` right before a line end (or the end of the file) is dropped, so
+``\\r\\n`` counts as ``\\n``; a lone ``\\r``, U+2028, U+2029 or U+0085 inside a line stays inside it (Python's
+``str.splitlines`` would split there and shift every later line). A UTF-8 byte-order mark at the start of a file
+is dropped. Files ending in ``.gz`` are decompressed; ``-`` is stdin.
 """
 
 from __future__ import annotations

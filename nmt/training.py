@@ -11,7 +11,7 @@ import logging
 import math
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -37,14 +37,6 @@ class Progress:
     best_step: int = 0
     bad_validations: int = 0
     train_seconds: float = 0.0
-    history: list = field(default_factory=list)
-
-
-def pick_device(name: str) -> torch.device:
-    """``auto`` -> cuda when available, else cpu; anything else is passed to ``torch.device``."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 def prepare_tokenizers(tok_cfg, train: Parallel, spm_dir: Path) -> tuple[Tokenizer, Tokenizer]:
@@ -107,7 +99,7 @@ def train(cfg, run_dir: str | Path) -> dict:
     torch.manual_seed(cfg.seed)
     if cfg.get("threads"):
         torch.set_num_threads(cfg.threads)
-    device = pick_device(cfg.device)
+    device = checkpoint.pick_device(cfg.device)
     splits = load_splits(cfg.data)
     src_tok, tgt_tok = prepare_tokenizers(cfg.tokenizer, splits["train"], run_dir / "spm")
     train_pairs = encode_pairs(splits["train"], src_tok, tgt_tok, cfg.data.max_len)

@@ -1,0 +1,152 @@
+"""Every config option composes and instantiates (design.md §4.10); Hydra refuses what does not exist."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from hydra.errors import ConfigCompositionException, MissingConfigException
+from hydra.utils import instantiate
+
+from nmt.attention import Additive, Attention, Dot, General, LocalP
+from nmt.checkpoint import build_model
+
+CONF = Path(__file__).resolve().parent.parent / "conf"
+ATTENTIONS = sorted(p.stem for p in (CONF / "attention").glob("*.yaml"))
+DECODES = sorted(p.stem for p in (CONF / "decode").glob("*.yaml"))
+DATAS = sorted(p.stem for p in (CONF / "data").glob("*.yaml"))
+STYLES = ["luong", "bahdanau"]
+SMALL = ["model.emb_size=6", "model.hidden_size=8", "tokenizer.vocab_size=40"]
+CLASSES = {"additive": Additive, "dot": Dot, "general": General, "local_p": LocalP}
+V_SRC, V_TGT = 23, 29
+
+
+def test_options_found():
+    """The parametrizations below really cover the config tree."""
+    assert ATTENTIONS == ["additive", "dot", "general", "local_p"]
+    assert DECODES == ["beam", "greedy"]
+    assert DATAS == ["files", "multi30k"]
+
+
+def forward_shapes(model, B=3, S=5, T=4):
+    src = torch.randint(4, V_SRC, (B, S))
+    src_mask = torch.arange(S).unsqueeze(0) < torch.tensor([[5], [2], [1]])  # [B, S]
+    tgt_in = torch.randint(4, V_TGT, (B, T))
+    logits, weights = model.eval()(src, src_mask, tgt_in)
+    return logits.shape, weights.shape, weights, src_mask
+
+
+@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("attention", ATTENTIONS)
+def test_attention_and_style_instantiate(compose_cfg, attention, style):
+    cfg = compose_cfg([f"attention={attention}", f"decoder.style={style}", *SMALL])
+    assert cfg.attention._partial_ is True
+    model = build_model(cfg, V_SRC, V_TGT)
+    attn = model.decoder.attention
+    assert type(attn) is CLASSES[attention]
+    assert attn.query_size == attn.key_size == 8  # keys [B, S, H] and queries [B, H]: one size by construction
+    assert model.decoder.style == style
+    logits_shape, weights_shape, weights, src_mask = forward_shapes(model)
+    assert logits_shape == (3, 4, V_TGT) and weights_shape == (3, 4, 5)
+    assert (weights[~src_mask.unsqueeze(1).expand_as(weights)] == 0).all()
+
+
+@pytest.mark.parametrize("score", ["general", "dot", "additive"])
+def test_local_p_scores(compose_cfg, score):
+    cfg = compose_cfg(["attention=local_p", f"attention.score={score}", "attention.window=2", *SMALL])
+    model = build_model(cfg, V_SRC, V_TGT)
+    assert type(model.decoder.attention.inner) is CLASSES[score]
+    assert model.decoder.attention.window == 2
+    assert forward_shapes(model)[0] == (3, 4, V_TGT)
+
+
+@pytest.mark.parametrize("overrides", [["model.encoder_layers=2", "model.decoder_layers=3"],
+                                       ["attention=additive", "attention.hidden_size=5"],
+                                       ["attention=dot", "attention.scaled=true"]])
+def test_other_model_options(compose_cfg, overrides):
+    model = build_model(compose_cfg([*overrides, *SMALL]), V_SRC, V_TGT)
+    assert forward_shapes(model)[0] == (3, 4, V_TGT)
+    if "model.decoder_layers=3" in overrides:
+        assert len(model.decoder.cells) == 3 and model.encoder.rnn.num_layers == 2
+    if "attention.hidden_size=5" in overrides:
+        assert model.decoder.attention.v_a.in_features == 5
+    if "attention.scaled=true" in overrides:
+        assert model.decoder.attention.scale == pytest.approx(8**-0.5)
+
+
+@pytest.mark.parametrize("decode", DECODES)
+@pytest.mark.parametrize("config_name", ["train", "translate"])
+def test_decode_options(compose_cfg, decode, config_name):
+    extra = ["checkpoint=x.pt", "input=x.txt"] if config_name == "translate" else []
+    cfg = compose_cfg([f"decode={decode}", *extra], config_name=config_name)
+    d = cfg.decode
+    assert d.beam_size == (1 if decode == "greedy" else 5)
+    assert d.length_penalty >= 0 and d.max_len_a > 0 and d.max_len_b >= 1 and d.batch_size >= 1
+    assert 1 <= d.n_best <= d.beam_size and d.max_src_len > 1
+
+
+@pytest.mark.parametrize("data", DATAS)
+def test_data_options(compose_cfg, data):
+    cfg = compose_cfg([f"data={data}"])
+    assert cfg.data.kind == data
+    for key in ("src_lang", "tgt_lang", "train_limit", "eval_limit", "max_len"):
+        assert key in cfg.data
+
+
+def test_translate_defaults(compose_cfg):
+    cfg = compose_cfg(["checkpoint=x.pt", "input=-"], config_name="translate")
+    assert cfg.output == "-" and cfg.beam_size is None and cfg.alignments is None
+
+
+# --- what is refused --------------------------------------------------------------------------------------------
+
+
+def test_unknown_attention_lists_options(compose_cfg):
+    with pytest.raises(MissingConfigException) as info:
+        compose_cfg(["attention=nonexistent"])
+    message = str(info.value)
+    assert "attention/nonexistent" in message
+    assert all(name in message for name in ATTENTIONS)  # "Available options"
+
+
+@pytest.mark.parametrize("override", ["model.hiden_size=3", "train.lr_sheduler=constant", "attention.scaled=true",
+                                      "attention.window=3", "decode.beam=4", "data.srclang=en"])
+def test_typo_keys_refused(compose_cfg, override):
+    """Struct mode: a key that does not exist (here, or for the chosen attention) is an error, not ignored."""
+    with pytest.raises(ConfigCompositionException, match="Could not override"):
+        compose_cfg([override])  # default attention=additive: no `scaled`, no `window`
+
+
+def test_unknown_attention_argument_reaches_constructor(compose_cfg):
+    """`+key=` bypasses struct mode; the explicit-keyword constructors still refuse it (no **kwargs)."""
+    cfg = compose_cfg(["+attention.windw=3", *SMALL])
+    with pytest.raises(TypeError, match="windw"):
+        build_model(cfg, V_SRC, V_TGT)
+
+
+def test_invalid_values_raise_clear_errors(compose_cfg):
+    with pytest.raises(ValueError, match="decoder.style"):
+        build_model(compose_cfg(["decoder.style=transformer", *SMALL]), V_SRC, V_TGT)
+    with pytest.raises(ValueError, match="window"):
+        build_model(compose_cfg(["attention=local_p", "attention.window=0", *SMALL]), V_SRC, V_TGT)
+    with pytest.raises(ValueError, match="score"):
+        build_model(compose_cfg(["attention=local_p", "attention.score=cosine", *SMALL]), V_SRC, V_TGT)
+
+
+def test_dot_sizes(compose_cfg):
+    """Dot attention needs query size == key size. The encoder gives keys of the decoder's size H (two
+    directions of H/2) for any emb_size and layer counts, so through the config the one size that can be wrong
+    is an odd H; a factory called with two different sizes gets Dot's own error."""
+    ok = compose_cfg(["attention=dot", "model.emb_size=5", "model.hidden_size=12", "model.decoder_layers=2"])
+    attn = build_model(ok, V_SRC, V_TGT).decoder.attention
+    assert attn.query_size == attn.key_size == 12
+    with pytest.raises(ValueError, match="hidden_size must be even"):
+        build_model(compose_cfg(["attention=dot", "model.hidden_size=7"]), V_SRC, V_TGT)
+    factory = instantiate(ok.attention)
+    assert isinstance(factory(query_size=6, key_size=6), Dot)
+    with pytest.raises(ValueError, match="query_size == key_size.*6 and 4.*general"):
+        factory(query_size=6, key_size=4)
+    for name in ("general", "additive"):  # the alternatives the message names do accept different sizes
+        other = instantiate(compose_cfg([f"attention={name}"]).attention)(query_size=6, key_size=4)
+        assert isinstance(other, Attention)
+        context, weights = other(torch.randn(2, 6), torch.randn(2, 3, 4), torch.ones(2, 3, dtype=torch.bool))
+        assert context.shape == (2, 4) and weights.shape == (2, 3)

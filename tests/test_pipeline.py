@@ -1,0 +1,230 @@
+"""One tiny real run, end to end (design.md §2, §4.10): ``python train.py`` on a Multi30k slice -> metrics,
+checkpoints, eval/ artifacts, plots -> ``python translate.py`` from a file and through stdin/stdout, whose output
+and alignments must agree with what training wrote.
+
+About 40-60 s on two CPU cores: the train/translate subprocesses are pinned to one thread each (on a shared
+machine two OpenMP threads spin against other jobs and run several times slower), and ``data.eval_limit``
+keeps validation and evaluation to the first 100 sentences.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import sacrebleu
+import torch
+
+from nmt.alignment import words_from_pieces
+from nmt.tokenizer import Tokenizer
+
+EVAL_LIMIT = 100
+MAX_STEPS, VALID_EVERY, BEAM = 150, 50, 3
+TRAIN_OVERRIDES = [
+    "data.train_limit=3000", f"data.eval_limit={EVAL_LIMIT}", "tokenizer.vocab_size=1000",
+    "model.emb_size=64", "model.hidden_size=128", f"train.max_steps={MAX_STEPS}",
+    f"train.valid_every={VALID_EVERY}", "train.batch_tokens=400", f"decode.beam_size={BEAM}", "eval.plots=2",
+    "threads=1", "device=cpu",
+]
+METRIC_KEYS = {"step", "epoch", "train_loss", "valid_loss", "valid_ppl", "valid_bleu", "lr", "tokens_per_sec",
+               "elapsed_sec"}
+SCORE_KEYS = {"bleu", "chrf", "bleu_signature", "chrf_signature", "num_sentences", "beam_size", "length_penalty",
+              "attention", "decoder_style", "checkpoint"}
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+EVAL_DIRS = {"eval": BEAM, "eval/greedy": 1}
+STEMS = {"valid": "val", "test": "test_2016_flickr"}
+
+
+def env():
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "1",
+            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+def run(args, cwd, stdin=None, timeout=300):
+    proc = subprocess.run([sys.executable, *args], check=False, cwd=cwd, env=env(), input=stdin, capture_output=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, f"{args[0]} failed ({proc.returncode}):\n{proc.stderr.decode()[-4000:]}"
+    return proc
+
+
+def gz_lines(path, n=None):
+    with gzip.open(path, "rt", encoding="utf-8", newline="\n") as handle:
+        lines = handle.read().split("\n")[:-1]
+    return lines[:n]
+
+
+def read_text_lines(path):
+    text = path.read_text(encoding="utf-8")
+    assert text.endswith("\n") or text == ""
+    return text.split("\n")[:-1]
+
+
+def load_alignments(npz_path):
+    with np.load(npz_path, allow_pickle=False) as npz:
+        arrays = {key: npz[key] for key in npz.files}
+    jsonl = npz_path.with_suffix(".jsonl")
+    records = [json.loads(line) for line in read_text_lines(jsonl)]
+    return arrays, records
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, repo_root, multi30k_dir):
+    out = tmp_path_factory.mktemp("train_run")
+    run(["train.py", *TRAIN_OVERRIDES, f"hydra.run.dir={out}"], cwd=repo_root, timeout=400)
+    return out
+
+
+@pytest.fixture(scope="module")
+def references(multi30k_dir):
+    return {split: {side: gz_lines(multi30k_dir / f"{stem}.{lang}.gz", EVAL_LIMIT)
+                    for side, lang in (("src", "de"), ("tgt", "en"))} for split, stem in STEMS.items()}
+
+
+@pytest.fixture(scope="module")
+def tok(run_dir):
+    return Tokenizer.load(run_dir / "spm" / "joint.model")
+
+
+def test_run_layout(run_dir):
+    assert (run_dir / ".hydra" / "config.yaml").is_file()
+    assert sorted(p.name for p in (run_dir / "spm").iterdir()) == ["joint.model", "joint.vocab"]
+    leftovers = [p for p in run_dir.rglob("*") if p.name.endswith(".tmp")]
+    assert not leftovers, f"temporary files left behind: {leftovers}"
+
+
+def test_metrics(run_dir):
+    records = [json.loads(line) for line in read_text_lines(run_dir / "metrics.jsonl")]
+    assert [r["step"] for r in records] == list(range(VALID_EVERY, MAX_STEPS + 1, VALID_EVERY))
+    for r in records:
+        assert METRIC_KEYS <= set(r), METRIC_KEYS - set(r)
+        assert all(math.isfinite(r[k]) for k in METRIC_KEYS)
+        assert r["valid_ppl"] == pytest.approx(math.exp(r["valid_loss"]))
+        assert r["tokens_per_sec"] > 0 and 0 <= r["valid_bleu"] <= 100 and r["lr"] > 0
+    assert records[-1]["valid_loss"] < records[0]["valid_loss"]
+    assert records[-1]["train_loss"] < records[0]["train_loss"]
+    assert [r["elapsed_sec"] for r in records] == sorted(r["elapsed_sec"] for r in records)
+
+
+def test_checkpoints(run_dir):
+    payloads = {name: torch.load(run_dir / "checkpoints" / f"{name}.pt", weights_only=True) for name in ("best", "last")}
+    last, best = payloads["last"], payloads["best"]
+    assert {"model", "config", "spm", "optimizer", "progress", "rng"} <= set(last)
+    assert last["progress"]["step"] == MAX_STEPS
+    assert best["progress"]["step"] == last["progress"]["best_step"]
+    assert last["config"]["model"]["hidden_size"] == 128 and last["config"]["data"]["eval_limit"] == EVAL_LIMIT
+    assert last["config"]["data"]["dir"].endswith("multi30k") and "${" not in json.dumps(last["config"])
+    spm_bytes = (run_dir / "spm" / "joint.model").read_bytes()
+    assert last["spm"]["src"].numpy().tobytes() == spm_bytes == last["spm"]["tgt"].numpy().tobytes()
+    assert last["model"]["decoder.generator.weight"].shape == (1000, 128)
+
+
+@pytest.mark.parametrize("split", ["valid", "test"])
+@pytest.mark.parametrize("folder", list(EVAL_DIRS))
+def test_eval_artifacts(run_dir, references, tok, folder, split):
+    prefix = run_dir / folder / split
+    hyps = read_text_lines(prefix.with_name(f"{split}.hyp"))
+    assert len(hyps) == len(references[split]["tgt"]) == EVAL_LIMIT
+
+    scores = json.loads(prefix.with_name(f"{split}.scores.json").read_text(encoding="utf-8"))
+    assert SCORE_KEYS <= set(scores), SCORE_KEYS - set(scores)
+    assert scores["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [references[split]["tgt"]]).score, abs=0.01)
+    assert scores["bleu_signature"].startswith("nrefs:1|case:mixed|") and "tok:13a" in scores["bleu_signature"]
+    assert scores["chrf_signature"].startswith("nrefs:1|case:mixed|")
+    assert scores["num_sentences"] == EVAL_LIMIT and scores["beam_size"] == EVAL_DIRS[folder]
+    assert (scores["attention"], scores["decoder_style"]) == ("Additive", "luong")
+    assert scores["checkpoint"].endswith("best.pt")
+
+    arrays, records = load_alignments(prefix.with_name(f"{split}.alignments.npz"))
+    assert sorted(arrays, key=int) == [str(i) for i in range(EVAL_LIMIT)]
+    assert [r["index"] for r in records] == list(range(EVAL_LIMIT))
+    aligns = read_text_lines(prefix.with_name(f"{split}.align"))
+    assert len(aligns) == EVAL_LIMIT
+    for i, (record, hyp, align) in enumerate(zip(records, hyps, aligns)):
+        src_tokens, hyp_tokens = record["source_tokens"], record["hypothesis_tokens"]
+        assert src_tokens == tok.pieces(tok.encode(references[split]["src"][i]))
+        assert hyp_tokens[-1] == "</s>" and "</s>" not in hyp_tokens[:-1]
+        assert tok.decode(tok.sp.piece_to_id(hyp_tokens)) == hyp
+        matrix = arrays[str(i)]
+        assert matrix.dtype == np.float32 and matrix.shape == (len(hyp_tokens), len(src_tokens))
+        np.testing.assert_allclose(matrix.sum(axis=1), 1.0, atol=1e-4)  # global attention
+        assert (matrix >= 0).all()
+        n_src, n_hyp = max(words_from_pieces(src_tokens)) + 1, max(words_from_pieces(hyp_tokens), default=-1) + 1
+        links = [tuple(map(int, link.split("-"))) for link in align.split()]
+        assert all(0 <= s < n_src and 0 <= t < n_hyp for s, t in links), (align, n_src, n_hyp)
+        targets = [t for _, t in links]
+        assert len(targets) == len(set(targets)) == n_hyp  # argmax_target: one link per target word
+
+
+def test_plots(run_dir):
+    pngs = sorted((run_dir / "plots").glob("*.png"))
+    assert [p.name for p in pngs] == ["test_0.png", "test_1.png"]
+    assert all(p.read_bytes()[:8] == PNG_MAGIC for p in pngs)
+
+
+def test_translate_file(run_dir, references, repo_root, tmp_path):
+    """Empty, whitespace-only and CRLF lines: one output line per input line; the rest is exactly what
+    final evaluation produced with the same checkpoint and decoder (blank lines do not change the batches)."""
+    sources = references["test"]["src"]
+    blanks = {1: "", 4: "   ", 7: "\t", 8: ""}
+    lines, where = [], []
+    for source in sources:
+        while len(lines) in blanks:
+            lines.append(blanks[len(lines)])
+        where.append(len(lines))
+        lines.append(source)
+    lines.append(" ")
+    source_file = tmp_path / "in.de"
+    source_file.write_bytes("".join(line + "\r\n" for line in lines).encode("utf-8"))
+    out, npz = tmp_path / "out" / "in.en", tmp_path / "out" / "in.alignments.npz"
+    run(["translate.py", f"checkpoint={run_dir / 'checkpoints' / 'best.pt'}", f"input={source_file}",
+         f"output={out}", f"beam_size={BEAM}", f"alignments={npz}", f"plots={tmp_path / 'plots'}", "plot_first=3",
+         "device=cpu"], cwd=repo_root)
+
+    outputs = read_text_lines(out)
+    assert len(outputs) == len(lines)
+    blank = [i for i, line in enumerate(lines) if not line.strip()]
+    assert [outputs[i] for i in blank] == [""] * len(blank)
+    assert [outputs[i] for i in where] == read_text_lines(run_dir / "eval" / "test.hyp")
+    assert all(outputs[i] for i in where) and not any("\r" in o for o in outputs)
+
+    arrays, records = load_alignments(npz)
+    eval_arrays, eval_records = load_alignments(run_dir / "eval" / "test.alignments.npz")
+    assert sorted(arrays, key=int) == [str(i) for i in range(len(lines))]
+    assert [r["index"] for r in records] == list(range(len(lines)))
+    for i in blank:
+        assert arrays[str(i)].shape == (0, 0)
+        assert records[i]["source_tokens"] == records[i]["hypothesis_tokens"] == []
+    for k, i in enumerate(where):
+        assert {key: records[i][key] for key in ("source_tokens", "hypothesis_tokens")} == \
+            {key: eval_records[k][key] for key in ("source_tokens", "hypothesis_tokens")}
+        np.testing.assert_allclose(arrays[str(i)], eval_arrays[str(k)], atol=1e-5)
+    assert sorted(p.name for p in (tmp_path / "plots").glob("*.png")) == ["in_0.png", "in_2.png"]  # 1 is blank
+
+
+def test_translate_stdin_stdout(run_dir, references, repo_root, tmp_path):
+    """input=- / output=-: stdout carries the translations and nothing else; greedy == eval/greedy."""
+    reference = tmp_path / "ref.en"
+    reference.write_text("".join(line + "\n" for line in references["test"]["tgt"]), encoding="utf-8")
+    stdin = "".join(line + "\n" for line in references["test"]["src"]).encode("utf-8")
+    # run from another folder with relative paths: they resolve against the cwd, and nothing else lands there
+    proc = run([str(repo_root / "translate.py"), f"checkpoint={run_dir / 'checkpoints' / 'best.pt'}", "input=-",
+                "output=-", "beam_size=1", "alignments=stdin.alignments.npz", "reference=ref.en", "device=cpu"],
+               cwd=tmp_path, stdin=stdin)
+    expected = (run_dir / "eval" / "greedy" / "test.hyp").read_bytes()
+    assert proc.stdout == expected
+    stderr = proc.stderr.decode()
+    report = json.loads(stderr[stderr.rindex("{\n"):])  # the reference's scores, printed last
+    greedy_scores = json.loads((run_dir / "eval" / "greedy" / "test.scores.json").read_text(encoding="utf-8"))
+    assert report["bleu"] == greedy_scores["bleu"] and report["bleu_signature"] == greedy_scores["bleu_signature"]
+    arrays, _ = load_alignments(tmp_path / "stdin.alignments.npz")
+    eval_arrays, _ = load_alignments(run_dir / "eval" / "greedy" / "test.alignments.npz")
+    assert arrays.keys() == eval_arrays.keys()
+    for key in arrays:
+        np.testing.assert_allclose(arrays[key], eval_arrays[key], atol=1e-5)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ref.en", "stdin.alignments.jsonl", "stdin.alignments.npz"]

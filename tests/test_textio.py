@@ -1,0 +1,96 @@
+"""Strict text reading and atomic writing (nmt.textio): what a line is, encodings, gzip, stdin."""
+
+import gzip
+import io
+import sys
+
+import pytest
+
+from nmt.textio import TextFileError, atomic_write, read_lines
+
+
+def write(tmp_path, data: bytes, name="in.txt"):
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (b"a\nb\n", ["a", "b"]),
+        (b"a\nb", ["a", "b"]),  # a last line without "\n" counts
+        (b"a\n\n", ["a", ""]),  # an empty last line is a line
+        (b"\n", [""]),
+        (b"", []),
+        (b"a\r\nb\r\n", ["a", "b"]),  # CRLF counts as LF
+        (b"a\r\n\r\nb", ["a", "", "b"]),
+        (b"a\r\nb\nc\r\n", ["a", "b", "c"]),  # mixed line ends
+        (b"  a \t\n", ["  a \t"]),  # other whitespace is kept
+    ],
+)
+def test_line_ends(tmp_path, data, expected):
+    assert read_lines(write(tmp_path, data)) == expected
+
+
+@pytest.mark.parametrize("separator", ["\r", "\u2028", "\u2029", "\u0085", "\x0b", "\x0c", "\x1c"])
+def test_only_newline_splits(tmp_path, separator):
+    """str.splitlines would split at each of these and shift every later line against its translation."""
+    text = f"one{separator}still one\ntwo\n"
+    assert read_lines(write(tmp_path, text.encode("utf-8"))) == [f"one{separator}still one", "two"]
+
+
+def test_bom_dropped_only_at_start(tmp_path):
+    data = "\ufeffHallo Welt\nzweite\n".encode()
+    lines = read_lines(write(tmp_path, data))
+    assert lines == ["Hallo Welt", "zweite"]
+    assert not lines[0].startswith("\ufeff")
+
+
+def test_latin1_error_names_file_line_and_byte(tmp_path):
+    path = write(tmp_path, "Zeile eins\nGr\u00fc\u00dfe\n".encode("latin-1"), name="bad.de")
+    with pytest.raises(TextFileError) as info:
+        read_lines(path)
+    message = str(info.value)
+    assert str(path) in message
+    assert "line 2" in message
+    assert "0xfc" in message  # latin-1 "ü"
+    assert isinstance(info.value, ValueError)
+
+
+def test_gzip(tmp_path):
+    path = tmp_path / "in.txt.gz"
+    path.write_bytes(gzip.compress("\ufeffeins\r\nzwei\u2028drei\nvier".encode()))
+    assert read_lines(path) == ["eins", "zwei\u2028drei", "vier"]
+
+
+def test_gzip_latin1_error_names_gz_file(tmp_path):
+    path = tmp_path / "bad.txt.gz"
+    path.write_bytes(gzip.compress(b"ok\nok\n\xe9t\xe9\n"))
+    with pytest.raises(TextFileError, match=r"bad\.txt\.gz: line 3: byte 0xe9"):
+        read_lines(path)
+
+
+def test_missing_file_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nothing-here.txt"):
+        read_lines(tmp_path / "nothing-here.txt")
+
+
+def test_stdin(monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("a\r\n\nb\u2028c\n".encode())))
+    assert read_lines("-") == ["a", "", "b\u2028c"]
+
+
+def test_atomic_write_roundtrip(tmp_path):
+    path = tmp_path / "sub" / "out.txt"
+    atomic_write(path, "eins\nzwei\u2028drei\n")
+    atomic_write(path, "neu\n")  # replaces an existing file
+    assert read_lines(path) == ["neu"]
+    atomic_write(tmp_path / "sub" / "b.bin", b"\x00\x01")
+    assert (tmp_path / "sub" / "b.bin").read_bytes() == b"\x00\x01"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["b.bin", "out.txt"]  # no temp files left
+
+
+def test_atomic_write_stdout(capsys):
+    atomic_write("-", "a\nb\n")
+    assert capsys.readouterr().out == "a\nb\n"

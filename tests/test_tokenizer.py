@@ -1,0 +1,101 @@
+"""SentencePiece training and the Tokenizer wrapper (nmt.tokenizer) on real Multi30k text."""
+
+import unicodedata
+
+import pytest
+import sentencepiece as spm
+
+from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, train_spm
+
+UNSEEN = ["漢字", "ř", "Dvořák spielt Geige 🎻", "Ein Mann ∮ auf der Straße"]
+
+
+def normalized(text: str) -> str:
+    """What SentencePiece's default nmt_nfkc normalization makes of real text: NFKC, whitespace collapsed."""
+    return " ".join(unicodedata.normalize("NFKC", text).split())
+
+
+def test_special_ids(tokenizer):
+    assert (PAD_ID, UNK_ID, BOS_ID, EOS_ID) == (0, 1, 2, 3)
+    assert tokenizer.pieces([0, 1, 2, 3]) == ["<pad>", "<unk>", "<s>", "</s>"]
+    sp = tokenizer.sp
+    assert (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id()) == (0, 1, 2, 3)
+    assert len(tokenizer) == 500
+
+
+def test_round_trip_real_sentences(tokenizer, small_splits):
+    """Valid sentences (not seen in training), both languages: decode(encode(x)) is x, normalized."""
+    sentences = small_splits["valid"].src + small_splits["valid"].tgt
+    unchanged = 0
+    for text in sentences:
+        ids = tokenizer.encode(text)
+        assert ids[-1] == EOS_ID and EOS_ID not in ids[:-1] and BOS_ID not in ids
+        decoded = tokenizer.decode(ids)
+        assert decoded == normalized(text), text
+        unchanged += decoded == text
+    assert unchanged >= 0.99 * len(sentences)  # raw Multi30k is (almost) normalized already
+
+
+def test_encode_batch_and_bos(tokenizer, small_splits):
+    sentences = small_splits["test"].src[:50]
+    assert tokenizer.encode_batch(sentences) == [tokenizer.encode(s) for s in sentences]
+    with_bos = tokenizer.encode_batch(sentences, add_bos=True)
+    assert all(ids[0] == BOS_ID and ids[1:] == tokenizer.encode(s) for ids, s in zip(with_bos, sentences))
+    assert tokenizer.encode(sentences[0], add_bos=True) == with_bos[0]
+    assert tokenizer.encode("") == [EOS_ID]
+
+
+@pytest.mark.parametrize("text", UNSEEN)
+def test_byte_fallback_round_trip(tokenizer, text):
+    ids = tokenizer.encode(text)
+    pieces = tokenizer.pieces(ids)
+    assert any(p.startswith("<0x") for p in pieces), pieces  # the characters really are unseen
+    assert UNK_ID not in ids
+    assert tokenizer.decode(ids) == text
+
+
+def test_decode_never_emits_byte_pieces(tokenizer):
+    """Every single id, and broken byte sequences a model might generate, decode without "<0x"."""
+    for i in range(len(tokenizer)):
+        assert "<0x" not in tokenizer.decode([i])
+    lead, cont = tokenizer.sp.piece_to_id("<0xC3>"), tokenizer.sp.piece_to_id("<0xA4>")
+    assert tokenizer.decode([lead, cont]) == "ä"
+    word = tokenizer.encode("Mann")[:-1]
+    for ids in ([lead], [cont, lead], word + [lead] + word, [lead, EOS_ID, cont]):
+        assert "<0x" not in tokenizer.decode(ids)
+    assert tokenizer.decode([BOS_ID] + tokenizer.encode("Ein Hund") + [PAD_ID, PAD_ID]) == "Ein Hund"
+
+
+def test_without_byte_fallback_unknown_is_marked(small_splits, tmp_path):
+    train = small_splits["train"]
+    tok = Tokenizer.load(train_spm(train.src[:1000], tmp_path / "nofb.model", vocab_size=300, byte_fallback=False))
+    ids = tok.encode("Ein 漢字")
+    assert UNK_ID in ids
+    assert "\u2047" in tok.decode(ids)  # " ⁇ ", SentencePiece's surface form of <unk>
+    assert (tmp_path / "nofb.vocab").is_file()
+
+
+def test_other_special_ids_refused(small_splits, tmp_path):
+    """A model trained with SentencePiece's defaults (unk=0, bos=1, eos=2, no pad) is not ours."""
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(small_splits["train"].src[:1000]),
+                                   model_prefix=str(tmp_path / "foreign"), vocab_size=200, minloglevel=2)
+    with pytest.raises(ValueError, match="special ids") as info:
+        Tokenizer.load(tmp_path / "foreign.model")
+    assert "foreign.model" in str(info.value)
+
+
+def test_train_spm_errors(tmp_path):
+    with pytest.raises(ValueError, match="model_type"):
+        train_spm(["a b"], tmp_path / "x.model", model_type="word")
+    with pytest.raises(ValueError, match="no sentences"):
+        train_spm(["", "  "], tmp_path / "x.model")
+    with pytest.raises(FileNotFoundError, match="y.model"):
+        Tokenizer.load(tmp_path / "y.model")
+
+
+def test_model_bytes_round_trip(tokenizer, spm_model):
+    """Checkpoints carry the model as bytes: a Tokenizer from bytes behaves like the one from the file."""
+    copy = Tokenizer(spm_model.read_bytes())
+    text = "Zwei junge Männer spielen Fußball."
+    assert copy.encode(text) == tokenizer.encode(text)
+    assert copy.model_proto == tokenizer.model_proto
