@@ -1,0 +1,286 @@
+"""The attention contract (nmt.attention), checked on every score class, plus local-p's window by hand."""
+
+import functools
+import math
+
+import pytest
+import torch
+
+from nmt.attention import Additive, Dot, General, LocalP
+
+H = 8  # query_size == key_size, so Dot is legal
+FACTORIES = {
+    "additive": Additive,
+    "dot": Dot,
+    "general": General,
+    "local_p_D1": functools.partial(LocalP, window=1),
+    "local_p_D2": functools.partial(LocalP, window=2),
+    "local_p_D3_dot": functools.partial(LocalP, window=3, score="dot"),
+    "local_p_D4_additive": functools.partial(LocalP, window=4, score="additive"),
+    "local_p_D10": functools.partial(LocalP, window=10),
+}
+GLOBAL = ["additive", "dot", "general"]
+LOCAL = [name for name in FACTORIES if name.startswith("local_p")]
+ALL = list(FACTORIES)
+LENGTHS = [5, 2, 9, 1, 7]  # padded to S = 11: every row has padding, one has a single token
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors: one intra-op thread is faster and does not thrash when other jobs share the cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def make(name: str, seed: int = 0):
+    torch.manual_seed(seed)
+    return FACTORIES[name](query_size=H, key_size=H)
+
+
+def make_batch(lengths, S=None, seed=1, hq=H, hk=H):
+    """Random query [B, Hq], keys [B, S, Hk] (garbage, not zeros, on padding) and mask [B, S]."""
+    g = torch.Generator().manual_seed(seed)
+    S = S or max(lengths) + 2
+    query = torch.randn(len(lengths), hq, generator=g)
+    keys = torch.randn(len(lengths), S, hk, generator=g)
+    mask = torch.arange(S).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
+    return query, keys, mask
+
+
+def saturate_centre(att: LocalP, query: torch.Tensor, sign: float):
+    """Set W_p, v_p so that sigmoid(v_pᵀ tanh(W_p q)) saturates: p_t = 0 (sign < 0) or S_b (sign > 0).
+
+    The query must be positive: tanh(10 q) ~ 1 on every unit, and v_p = ±50 gives a logit of about ±400.
+    """
+    assert bool((query > 0).all())
+    with torch.no_grad():
+        att.W_p.weight.copy_(10 * torch.eye(H))
+        att.v_p.weight.fill_(50.0 * sign)
+
+
+# ---------------------------------------------------------------- the contract, every class
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_shapes_and_zero_weights_on_padding(name):
+    att = make(name)
+    query, keys, mask = make_batch(LENGTHS)
+    context, weights = att(query, keys, mask)
+    assert context.shape == (len(LENGTHS), H)
+    assert weights.shape == mask.shape
+    assert bool((weights[~mask] == 0).all()), "weights must be exactly 0 on padding"
+    assert bool((weights >= 0).all()) and bool(torch.isfinite(weights).all())
+    assert bool((weights.sum(dim=1) > 0).all()), "every row must attend somewhere"
+    # The returned weights are exactly the ones that multiply the keys.
+    torch.testing.assert_close(context, torch.einsum("bs,bsh->bh", weights, keys), atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_padding_keys_are_ignored(name):
+    att = make(name)
+    query, keys, mask = make_batch(LENGTHS)
+    other = keys.clone()
+    other[~mask] = 1e3 * torch.randn_like(other[~mask])
+    c1, w1 = att(query, keys, mask)
+    c2, w2 = att(query, other, mask)
+    torch.testing.assert_close(w1, w2, atol=0, rtol=0)
+    torch.testing.assert_close(c1, c2, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", GLOBAL)
+def test_global_rows_sum_to_one_over_real_tokens(name):
+    att = make(name)
+    query, keys, mask = make_batch(LENGTHS)
+    _, weights = att(query, keys, mask)
+    torch.testing.assert_close(weights.sum(dim=1), torch.ones(len(LENGTHS)), atol=1e-6, rtol=0)
+    assert bool((weights[mask] > 0).all())
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_prepared_keys_give_the_same_result(name):
+    att = make(name)
+    query, keys, mask = make_batch(LENGTHS)
+    c1, w1 = att(query, keys, mask)
+    c2, w2 = att(query, keys, mask, prepared=att.prepare(keys))
+    torch.testing.assert_close(c1, c2, atol=0, rtol=0)
+    torch.testing.assert_close(w1, w2, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_gradients_reach_every_parameter_and_the_query(name):
+    att = make(name)
+    query, keys, mask = make_batch(LENGTHS)
+    query.requires_grad_(True)
+    keys.requires_grad_(True)
+    context, weights = att(query, keys, mask)
+    g = torch.Generator().manual_seed(5)
+    loss = (context * torch.randn(context.shape, generator=g)).sum() + (
+        weights * torch.randn(weights.shape, generator=g)
+    ).sum()
+    loss.backward()
+    params = dict(att.named_parameters())
+    if name.startswith("local_p"):
+        assert {"W_p.weight", "v_p.weight"} <= set(params)
+    for pname, p in params.items():
+        assert p.grad is not None, f"no gradient for {pname}"
+        assert bool(torch.isfinite(p.grad).all()), pname
+        assert float(p.grad.abs().sum()) > 0, f"zero gradient for {pname}"
+    assert float(query.grad.abs().sum()) > 0
+    assert float(keys.grad[mask].abs().sum()) > 0
+    assert bool((keys.grad[~mask] == 0).all()), "padding keys must get no gradient"
+
+
+def test_dot_needs_equal_sizes():
+    with pytest.raises(ValueError, match="general") as info:
+        Dot(query_size=8, key_size=6)
+    assert "additive" in str(info.value)
+    with pytest.raises(ValueError, match="additive"):
+        LocalP(query_size=8, key_size=6, window=3, score="dot")
+    # general and additive project, so unequal sizes are fine there
+    query, keys, mask = make_batch([3, 2], hq=8, hk=6)
+    for cls in (General, Additive, functools.partial(LocalP, window=2)):
+        context, weights = cls(query_size=8, key_size=6)(query, keys, mask)
+        assert context.shape == (2, 6) and weights.shape == mask.shape
+
+
+@pytest.mark.parametrize("window", [0, -1, -10])
+def test_local_p_window_below_one_raises(window):
+    with pytest.raises(ValueError, match="window"):
+        LocalP(query_size=H, key_size=H, window=window)
+
+
+def test_local_p_unknown_score_raises():
+    with pytest.raises(ValueError, match="score"):
+        LocalP(query_size=H, key_size=H, window=2, score="cosine")
+
+
+def test_scaled_dot_divides_by_sqrt_d():
+    query, keys, mask = make_batch([4, 3])
+    _, plain = Dot(H, H)(query / math.sqrt(H), keys, mask)
+    _, scaled = Dot(H, H, scaled=True)(query, keys, mask)
+    torch.testing.assert_close(plain, scaled, atol=1e-6, rtol=1e-5)
+
+
+# ---------------------------------------------------------------- local-p
+
+
+def window_of(p_t: torch.Tensor, mask: torch.Tensor, D: float) -> torch.Tensor:
+    positions = torch.arange(mask.size(1)).unsqueeze(0).float()
+    return mask & ((positions - p_t.unsqueeze(1)).abs() <= D)
+
+
+@pytest.mark.parametrize("name", LOCAL)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_local_p_weights_zero_outside_window(name, seed):
+    att = make(name, seed)
+    lengths = [1, 2, 3, 4, 6, 9, 13, 17, 20, 25]
+    query, keys, mask = make_batch(lengths, seed=seed + 10)
+    query = 3 * query  # spread the centres over the sentence
+    p_t = att.centre(query, mask)
+    lens = mask.sum(dim=1).float()
+    assert bool((p_t >= 0).all()) and bool((p_t <= lens).all())
+    _, weights = att(query, keys, mask)
+    inside = window_of(p_t, mask, att.window)
+    assert bool((weights[~inside] == 0).all()), "weights outside |s - p_t| <= D (or on padding) must be 0"
+    assert bool((weights[inside] > 0).all()), "every real token inside the window gets some weight"
+    sums = weights.sum(dim=1)
+    assert bool((sums <= 1 + 1e-6).all()) and bool((sums > 0).all())
+
+
+@pytest.mark.parametrize("D", [1, 2, 3, 10])
+@pytest.mark.parametrize("sign", [-1.0, 1.0])
+def test_local_p_window_cut_by_sentence_edges(D, sign):
+    """p_t forced to 0 (left edge) or to S_b (right edge); windows must be cut by the sentence, not the batch."""
+    att = LocalP(query_size=H, key_size=H, window=D)
+    lengths = [1, 2, 5, 12, 30]
+    query, keys, mask = make_batch(lengths)
+    query = query.abs() + 0.5
+    saturate_centre(att, query, sign)
+    p_t = att.centre(query, mask)
+    lens = torch.tensor(lengths, dtype=torch.float)
+    torch.testing.assert_close(p_t, lens if sign > 0 else torch.zeros(len(lengths)), atol=1e-5, rtol=0)
+    _, weights = att(query, keys, mask)
+    for b, n in enumerate(lengths):
+        expected = [s for s in range(n) if (s <= D if sign < 0 else s >= n - D)]
+        nonzero = weights[b].nonzero().flatten().tolist()
+        assert nonzero == expected, (b, n, nonzero, expected)
+        # align (softmax over the cut window only) times the Gaussian centred on the edge
+        scores = att.inner.score(query[b : b + 1], att.inner.prepare(keys[b : b + 1]))[0, expected]
+        gauss = torch.exp(-((torch.tensor(expected, dtype=torch.float) - p_t[b]) ** 2) / (2 * (D / 2) ** 2))
+        torch.testing.assert_close(
+            weights[b, expected], torch.softmax(scores, 0) * gauss, atol=1e-6, rtol=1e-5
+        )
+    assert bool((weights.sum(dim=1) <= 1 + 1e-6).all())
+
+
+@pytest.mark.parametrize("D", [3, 10])
+def test_local_p_sentence_shorter_than_window(D):
+    att = make("local_p_D10" if D == 10 else "local_p_D3_dot")
+    lengths = [1, 2, 3]  # all <= D: every real token is in the window wherever p_t falls
+    query, keys, mask = make_batch(lengths, S=6)
+    _, weights = att(query, keys, mask)
+    assert bool((weights[mask] > 0).all())
+    assert bool((weights[~mask] == 0).all())
+    torch.testing.assert_close(
+        weights[0, 0],
+        torch.exp(-(att.centre(query, mask)[0] ** 2) / (2 * att.sigma**2)),
+        atol=1e-6,
+        rtol=1e-5,
+    )  # one token: align = 1, only the Gaussian is left
+
+
+@pytest.mark.parametrize("name", LOCAL)
+def test_local_p_uses_the_sentence_length_not_the_padded_length(name):
+    att = make(name)
+    query, keys, mask = make_batch([4, 15, 9, 24], S=26, seed=3)
+    alone_q, alone_k, alone_m = query[:1], keys[:1, :4], mask[:1, :4]
+    p_alone = att.centre(alone_q, alone_m)
+    p_batch = att.centre(query, mask)
+    torch.testing.assert_close(p_alone, p_batch[:1], atol=1e-6, rtol=0)
+    c_alone, w_alone = att(alone_q, alone_k, alone_m)
+    c_batch, w_batch = att(query, keys, mask)
+    torch.testing.assert_close(w_batch[0, :4], w_alone[0], atol=1e-6, rtol=1e-6)
+    assert bool((w_batch[0, 4:] == 0).all())
+    torch.testing.assert_close(c_batch[0], c_alone[0], atol=1e-6, rtol=1e-5)
+
+
+def test_local_p_by_hand():
+    """A 2-d example worked out with plain floats: p_t (eq. 9), the window, softmax over it, the Gaussian (eq. 10)."""
+    att = LocalP(query_size=2, key_size=2, window=2, score="dot")  # sigma = 1
+    with torch.no_grad():
+        att.W_p.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, -1.0]]))
+        att.v_p.weight.copy_(torch.tensor([[2.0, 1.0]]))
+    query = torch.tensor([[0.5, -1.0], [1.0, 1.0]])
+    rows = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [-1.0, 2.0], [0.5, 0.5], [2.0, -1.0]]
+    keys = torch.tensor([rows, rows])
+    lengths = [6, 3]
+    mask = torch.tensor([[True] * 6, [True] * 3 + [False] * 3])
+    with torch.no_grad():
+        _, weights = att(query, keys, mask)
+        p_t = att.centre(query, mask)
+
+    for b, n in enumerate(lengths):
+        q = query[b].tolist()
+        hidden = [math.tanh(q[0]), math.tanh(-q[1])]  # tanh(W_p q)
+        p = n / (1 + math.exp(-(2 * hidden[0] + hidden[1])))  # S_b * sigmoid(v_p . h)
+        window = [s for s in range(n) if abs(s - p) <= 2]
+        scores = {s: rows[s][0] * q[0] + rows[s][1] * q[1] for s in window}
+        z = sum(math.exp(v) for v in scores.values())
+        expected = [
+            math.exp(scores[s]) / z * math.exp(-((s - p) ** 2) / 2) if s in scores else 0.0 for s in range(6)
+        ]
+        assert float(p_t[b]) == pytest.approx(p, abs=1e-6)
+        torch.testing.assert_close(weights[b], torch.tensor(expected), atol=1e-6, rtol=1e-5)
+    assert float(weights[0].sum()) < 1.0  # not renormalised after the Gaussian
+
+
+def test_local_p_centre_is_trained_through_the_gaussian():
+    """Dot inside has no parameters and the window is a hard cut, so W_p, v_p get gradient only from the Gaussian."""
+    att = LocalP(query_size=H, key_size=H, window=3, score="dot")
+    query, keys, mask = make_batch([8, 6])
+    _, weights = att(query, keys, mask)
+    weights.sum().backward()
+    assert float(att.v_p.weight.grad.abs().sum()) > 0
+    assert float(att.W_p.weight.grad.abs().sum()) > 0

@@ -1,0 +1,193 @@
+"""Encoder, decoder and Seq2Seq (nmt.model): padding invariance, shapes, teacher forcing == stepping, overfitting."""
+
+import functools
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from nmt.attention import Additive, Dot, General, LocalP
+from nmt.model import Decoder, Encoder, Seq2Seq
+
+PAD, BOS, EOS = 0, 2, 3
+V, E, H = 15, 6, 8
+ATTENTIONS = {
+    "additive": Additive,
+    "dot": Dot,
+    "general": General,
+    "local_p": functools.partial(LocalP, window=2),
+}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors: one intra-op thread is faster and does not thrash when other jobs share the cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def build(style="luong", num_layers=1, attention="additive", enc_layers=1, dropout=0.3, seed=0, h=H, e=E):
+    torch.manual_seed(seed)
+    encoder = Encoder(V, e, h, num_layers=enc_layers, dropout=dropout, decoder_layers=num_layers)
+    decoder = Decoder(V, e, h, ATTENTIONS[attention], num_layers=num_layers, dropout=dropout, style=style)
+    return Seq2Seq(encoder, decoder)
+
+
+def padded(lengths, S=None, seed=1, low=4):
+    """Random ids in [low, V) ending in EOS, padded with PAD to S: src [B, S], mask [B, S]."""
+    g = torch.Generator().manual_seed(seed)
+    S = S or max(lengths)
+    src = torch.full((len(lengths), S), PAD)
+    for b, n in enumerate(lengths):
+        src[b, : n - 1] = torch.randint(low, V, (n - 1,), generator=g)
+        src[b, n - 1] = EOS
+    return src, src != PAD
+
+
+def random_tgt_in(B, T, seed=2):
+    g = torch.Generator().manual_seed(seed)
+    tgt = torch.randint(4, V, (B, T), generator=g)
+    tgt[:, 0] = BOS
+    return tgt
+
+
+# ---------------------------------------------------------------- encoder
+
+
+@pytest.mark.parametrize("enc_layers", [1, 2])
+@pytest.mark.parametrize("decoder_layers", [1, 2])
+def test_encoder_sentence_alone_equals_sentence_in_padded_batch(enc_layers, decoder_layers):
+    torch.manual_seed(0)
+    enc = Encoder(V, E, H, num_layers=enc_layers, dropout=0.3, decoder_layers=decoder_layers).eval()
+    src, mask = padded([6, 3, 8, 1], S=10)  # the short one sits between longer ones, with extra padding
+    with torch.no_grad():
+        keys, hidden = enc(src, mask)
+        for b, n in enumerate([6, 3, 8, 1]):
+            keys_alone, hidden_alone = enc(src[b : b + 1, :n], mask[b : b + 1, :n])
+            torch.testing.assert_close(keys[b, :n], keys_alone[0], atol=1e-5, rtol=0)
+            torch.testing.assert_close(hidden[:, b], hidden_alone[:, 0], atol=1e-5, rtol=0)
+    assert keys.shape == (4, 10, H)
+    assert hidden.shape == (decoder_layers, 4, H)
+    assert bool((keys[~mask] == 0).all()), "keys must be exactly 0 on padding"
+    assert bool((keys[mask].abs().sum(dim=-1) > 0).all())
+
+
+def test_encoder_bridge_reads_final_forward_and_backward_states():
+    """Documented bridge: tanh(W_b [→h_{S_b}; ←h_1]) from the top layer, one H-vector per decoder layer."""
+    torch.manual_seed(0)
+    enc = Encoder(V, E, H, num_layers=2, dropout=0.0, decoder_layers=2).eval()
+    lengths = [5, 2, 7]
+    src, mask = padded(lengths, S=9)
+    with torch.no_grad():
+        keys, hidden = enc(src, mask)
+        for b, n in enumerate(lengths):
+            final = torch.cat([keys[b, n - 1, : H // 2], keys[b, 0, H // 2 :]])  # [→h_{S_b}; ←h_1]
+            expected = torch.tanh(enc.bridge(final)).view(2, H)
+            torch.testing.assert_close(hidden[:, b], expected, atol=1e-6, rtol=1e-5)
+
+
+def test_odd_hidden_size_raises():
+    with pytest.raises(ValueError, match="even"):
+        Encoder(V, E, 7)
+
+
+def test_unknown_decoder_style_raises():
+    with pytest.raises(ValueError, match="style"):
+        Decoder(V, E, H, Additive, style="transformer")
+
+
+# ---------------------------------------------------------------- Seq2Seq
+
+
+@pytest.mark.parametrize("attention", list(ATTENTIONS))
+@pytest.mark.parametrize("num_layers", [1, 2])
+@pytest.mark.parametrize("style", ["luong", "bahdanau"])
+def test_forward_shapes_and_zero_alignment_on_padding(style, num_layers, attention):
+    model = build(style, num_layers, attention).eval()
+    lengths = [4, 7, 2]
+    src, mask = padded(lengths, S=8)
+    tgt_in = random_tgt_in(3, 5)
+    with torch.no_grad():
+        logits, align = model(src, mask, tgt_in)
+    assert logits.shape == (3, 5, V)
+    assert align.shape == (3, 5, 8)
+    assert bool(torch.isfinite(logits).all())
+    pad = ~mask.unsqueeze(1).expand_as(align)
+    assert bool((align[pad] == 0).all())
+    sums = align.sum(dim=-1)
+    if attention == "local_p":
+        assert bool((sums <= 1 + 1e-6).all()) and bool((sums > 0).all())
+    else:
+        torch.testing.assert_close(sums, torch.ones_like(sums), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("attention", ["additive", "local_p"])
+@pytest.mark.parametrize("num_layers", [1, 2])
+@pytest.mark.parametrize("style", ["luong", "bahdanau"])
+def test_teacher_forcing_equals_stepping(style, num_layers, attention):
+    model = build(style, num_layers, attention).eval()
+    src, mask = padded([5, 3, 8], S=9)
+    tgt_in = random_tgt_in(3, 6)
+    with torch.no_grad():
+        logits, align = model(src, mask, tgt_in)
+        memory, state = model.encode(src, mask)
+        for t in range(tgt_in.size(1)):
+            step_logits, state, weights = model.decoder.step(tgt_in[:, t], state, memory)
+            torch.testing.assert_close(logits[:, t], step_logits, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(align[:, t], weights, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("style", ["luong", "bahdanau"])
+def test_query_is_the_state_the_style_prescribes(style):
+    """Luong attends with h_t (which has read y_{t-1}); Bahdanau with s_{t-1} (which has not)."""
+    model = build(style, 1, "additive", dropout=0.0).eval()
+    src, mask = padded([6, 4], S=6)
+    tgt_a = random_tgt_in(2, 4)
+    tgt_b = tgt_a.clone()
+    tgt_b[:, 2] = (tgt_a[:, 2] - 4 + 1) % (V - 4) + 4  # a different token fed at step 2
+    with torch.no_grad():
+        _, align_a = model(src, mask, tgt_a)
+        _, align_b = model(src, mask, tgt_b)
+    torch.testing.assert_close(align_a[:, :2], align_b[:, :2], atol=0, rtol=0)
+    step2_moves = float((align_a[:, 2] - align_b[:, 2]).abs().max()) > 1e-6
+    assert step2_moves == (style == "luong")
+    assert float((align_a[:, 3] - align_b[:, 3]).abs().max()) > 1e-6  # both see y_2 one step later
+
+
+@pytest.mark.parametrize("style", ["luong", "bahdanau"])
+def test_dropout_is_off_in_eval_and_on_in_train(style):
+    model = build(style, 2, "additive", dropout=0.5)
+    src, mask = padded([5, 3], S=5)
+    tgt_in = random_tgt_in(2, 4)
+    model.eval()
+    with torch.no_grad():
+        a, _ = model(src, mask, tgt_in)
+        b, _ = model(src, mask, tgt_in)
+    torch.testing.assert_close(a, b, atol=0, rtol=0)
+    model.train()
+    with torch.no_grad():
+        c, _ = model(src, mask, tgt_in)
+    assert float((a - c).abs().max()) > 1e-4
+
+
+@pytest.mark.parametrize("style", ["luong", "bahdanau"])
+def test_one_small_batch_overfits(style):
+    model = build(style, 1, "additive", dropout=0.0, h=32, e=16, seed=0)
+    lengths = [6, 4, 7, 3, 5, 7, 2, 6]
+    src, mask = padded(lengths, seed=3)
+    tgt, _ = padded([n + 1 for n in lengths], seed=4)  # targets with EOS, padded with PAD
+    tgt_in = torch.cat([torch.full((len(lengths), 1), BOS), tgt[:, :-1]], dim=1)
+    tgt_in[tgt_in == EOS] = PAD
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(100):
+        logits, _ = model(src, mask, tgt_in)
+        loss = F.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1), ignore_index=PAD)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[0] > 2.0  # about log(V) at the start
+    assert losses[-1] < losses[0] / 20, losses[::10]
