@@ -33,9 +33,9 @@ def length_penalty(length: torch.Tensor | int, alpha: float) -> torch.Tensor | f
 
 def log_probs(logits: torch.Tensor) -> torch.Tensor:
     """Logits ``[B, V]`` -> log-probabilities ``[B, V]`` in float32, with PAD and BOS never generated."""
-    logits = logits.float()
-    logits[:, [PAD_ID, BOS_ID]] = float("-inf")
-    return torch.log_softmax(logits, dim=-1)
+    never = torch.zeros(logits.size(-1), dtype=torch.bool, device=logits.device)
+    never[[PAD_ID, BOS_ID]] = True
+    return torch.log_softmax(logits.float().masked_fill(never, float("-inf")), dim=-1)
 
 
 def max_lengths(src_mask: torch.Tensor, max_len_a: float, max_len_b: int) -> torch.Tensor:

@@ -19,6 +19,18 @@ SLICE_PAIRS = 3000  # first N training pairs of Multi30k de-en used by the small
 SPM_VOCAB = 500
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_thread():
+    """The tests use tiny tensors: one intra-op thread is faster for them and does not thrash when another
+    job shares the cores (with two threads, small-op tests slowed down 20-60x under load)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO_ROOT

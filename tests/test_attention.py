@@ -25,13 +25,6 @@ ALL = list(FACTORIES)
 LENGTHS = [5, 2, 9, 1, 7]  # padded to S = 11: every row has padding, one has a single token
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one intra-op thread is faster and does not thrash when other jobs share the cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def make(name: str, seed: int = 0):

@@ -19,13 +19,6 @@ ATTENTIONS = {
 }
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one intra-op thread is faster and does not thrash when other jobs share the cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def build(style="luong", num_layers=1, attention="additive", enc_layers=1, dropout=0.3, seed=0, h=H, e=E):

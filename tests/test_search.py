@@ -20,13 +20,6 @@ ATTENTIONS = {
 LENGTHS = [4, 9, 1, 6, 3, 7]  # source lengths with EOS; one sentence is EOS alone
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one intra-op thread is faster and does not thrash when other jobs share the cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def build(style="luong", attention="additive", seed=0, V=12, sharpen=3.0, eos_bias=0.0):

@@ -25,13 +25,6 @@ MIN_LEN, MAX_LEN = 3, 7
 STEPS, BATCH, LR = 200, 64, 1e-2
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one intra-op thread is faster and does not thrash when other jobs share the cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def reversal_batch(g: torch.Generator, B: int):
