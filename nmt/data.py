@@ -208,8 +208,9 @@ def batch_indices(lengths: list[int], batch_tokens: int, shuffle: bool, seed: in
 
 
 def iterate_batches(pairs: list[tuple[list[int], list[int]]], batch_tokens: int, shuffle: bool, seed: int = 0,
-                    pad_id: int = 0, max_sentences: int | None = None):
-    """Yield training :class:`Batch` es over ``pairs`` for one epoch (see :func:`batch_indices`)."""
+                    pad_id: int = 0, max_sentences: int | None = None, skip: int = 0):
+    """Yield training :class:`Batch` es over ``pairs`` for one epoch (see :func:`batch_indices`), leaving out
+    the first ``skip`` batches (a resumed epoch)."""
     lengths = [max(len(s), len(t)) for s, t in pairs]
-    for idx in batch_indices(lengths, batch_tokens, shuffle, seed, max_sentences):
+    for idx in batch_indices(lengths, batch_tokens, shuffle, seed, max_sentences)[skip:]:
         yield collate([pairs[i][0] for i in idx], [pairs[i][1] for i in idx], idx, pad_id)

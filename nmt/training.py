@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import logging
 import math
-import random
+import signal
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -33,6 +35,7 @@ class Progress:
 
     step: int = 0
     epoch: int = 0
+    batch_in_epoch: int = 0
     best_bleu: float = -1.0
     best_step: int = 0
     bad_validations: int = 0
@@ -90,82 +93,178 @@ def make_optimizer(model, cfg):
 def train(cfg, run_dir: str | Path) -> dict:
     """Train, validate and evaluate one model as configured; return the final metrics.
 
+    Resumes from ``cfg.train.resume`` (a checkpoint path), or from ``run_dir/checkpoints/last.pt`` when the
+    run directory already holds one; the model, tokenizers and architecture then come from the checkpoint.
+
     Returns:
         a dict with ``valid_bleu`` (best greedy validation BLEU), per-split test/valid BLEU and chrF for
-        greedy and the configured decoder, ``steps``, ``train_minutes`` and ``run_dir``.
+        greedy and the configured decoder, ``steps``, ``train_minutes``, ``run_dir`` and ``stopped`` (why
+        training stopped). After SIGINT/SIGTERM there is no final evaluation and ``interrupted`` is True.
     """
     run_dir = Path(run_dir)
-    random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     if cfg.get("threads"):
         torch.set_num_threads(cfg.threads)
     device = checkpoint.pick_device(cfg.device)
     splits = load_splits(cfg.data)
-    src_tok, tgt_tok = prepare_tokenizers(cfg.tokenizer, splits["train"], run_dir / "spm")
+    resume = cfg.train.get("resume") or (run_dir / "checkpoints" / "last.pt")
+    payload = None
+    if cfg.train.get("resume") or Path(resume).is_file():
+        model, src_tok, tgt_tok, payload = resume_from(resume, cfg, run_dir, device)
+    else:
+        src_tok, tgt_tok = prepare_tokenizers(cfg.tokenizer, splits["train"], run_dir / "spm")
+        model = checkpoint.build_model(cfg, len(src_tok), len(tgt_tok)).to(device)
     train_pairs = encode_pairs(splits["train"], src_tok, tgt_tok, cfg.data.max_len)
     valid_pairs = encode_pairs(splits["valid"], src_tok, tgt_tok)
-    model = checkpoint.build_model(cfg, len(src_tok), len(tgt_tok)).to(device)
     log.info("model: %.2fM parameters, attention=%s, decoder=%s, device=%s; %d training pairs",
              sum(p.numel() for p in model.parameters()) / 1e6, type(model.decoder.attention).__name__,
              cfg.decoder.style, device, len(train_pairs))
     optimizer, scheduler = make_optimizer(model, cfg)
-    progress = train_loop(cfg, model, optimizer, scheduler, train_pairs, valid_pairs, splits["valid"],
-                          (src_tok, tgt_tok), run_dir, device)
-    results = final_evaluation(cfg, splits, run_dir, device)
-    results.update(valid_bleu=progress.best_bleu, steps=progress.step, train_minutes=progress.train_seconds / 60,
-                   run_dir=str(run_dir))
+    progress = Progress()
+    if payload is not None:
+        optimizer.load_state_dict(payload["optimizer"])
+        if scheduler is not None and payload.get("scheduler"):
+            scheduler.load_state_dict(payload["scheduler"])
+        progress = Progress(**payload["progress"])
+        torch.set_rng_state(payload["rng"]["torch"].cpu())
+        log.info("resumed at step %d (epoch %d, batch %d of that epoch)", progress.step, progress.epoch,
+                 progress.batch_in_epoch)
+    stop = train_loop(cfg, model, optimizer, scheduler, train_pairs, valid_pairs, splits["valid"],
+                      (src_tok, tgt_tok), run_dir, device, progress)
+    results = {"valid_bleu": progress.best_bleu, "steps": progress.step,
+               "train_minutes": progress.train_seconds / 60, "run_dir": str(run_dir), "stopped": stop}
+    if stop.startswith("interrupted"):
+        return {**results, "interrupted": True}
+    results.update(final_evaluation(cfg, splits, run_dir, device))
     log.info("final: %s", json.dumps(results))
     return results
 
 
-def train_loop(cfg, model, optimizer, scheduler, train_pairs, valid_pairs, valid: Parallel, toks, run_dir, device):
-    """Run updates until max_steps / max_epochs / max_minutes / early stopping; validate every N steps."""
+def resume_from(path, cfg, run_dir: Path, device):
+    """Model and tokenizers from a checkpoint to resume; its SentencePiece models are copied to ``run_dir/spm``.
+
+    The architecture comes from the checkpoint's own config; a different one on the command line is ignored
+    with a warning. Returns ``(model, src_tok, tgt_tok, payload)``.
+    """
+    model, ckpt_cfg, src_tok, tgt_tok, payload = checkpoint.load(path, device)
+    for key in ("model", "attention", "decoder", "tokenizer"):
+        if ckpt_cfg.get(key) != cfg.get(key):
+            log.warning("resuming %s: %s comes from the checkpoint (%s), not from the command line (%s)",
+                        path, key, ckpt_cfg.get(key), cfg.get(key))
+    spm_dir = run_dir / "spm"
+    spm_dir.mkdir(parents=True, exist_ok=True)
+    for name, tok in (("src", src_tok), ("tgt", tgt_tok)):
+        if not (spm_dir / f"{name}.model").is_file():
+            (spm_dir / f"{name}.model").write_bytes(tok.model_proto)
+    return model.train(), src_tok, tgt_tok, payload
+
+
+@contextmanager
+def stop_on_signals():
+    """While active, SIGINT/SIGTERM set ``flag["signal"]`` so the loop can finish its step and save; a second
+    signal aborts at once (KeyboardInterrupt). Outside the main thread, signals are left alone."""
+    flag: dict = {"signal": None}
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+
+    def handler(signum, _frame):
+        if flag["signal"]:
+            raise KeyboardInterrupt
+        flag["signal"] = signal.Signals(signum).name
+        log.warning("%s received: finishing the current step, then saving checkpoints/last.pt "
+                    "(send it again to abort without saving)", flag["signal"])
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield flag
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def train_step(model, optimizer, batch, t) -> tuple[float, int]:
+    """One update: teacher-forced loss (label-smoothed, per target token), backward, clipping, Adam.
+    Returns the summed loss (nats) and the number of target tokens."""
+    logits, _ = model(batch.src, batch.src_mask, batch.tgt_in)
+    ntok = batch.num_tgt_tokens
+    loss = loss_fn(logits, batch.tgt_out, t.label_smoothing)
+    optimizer.zero_grad(set_to_none=True)
+    (loss / ntok).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip)
+    optimizer.step()
+    return float(loss.detach()), ntok
+
+
+def train_loop(cfg, model, optimizer, scheduler, train_pairs, valid_pairs, valid: Parallel, toks, run_dir, device,
+               progress: Progress) -> str:
+    """Update until max_steps / max_epochs / max_minutes / early stopping / a signal; validate every
+    ``valid_every`` steps and at the stop. Batches of epoch e come from seed ``cfg.seed + e``, so a resumed
+    run skips the batches already seen and continues with the same order. Returns why it stopped."""
     t = cfg.train
-    progress = Progress()
-    start = time.monotonic()
-    window_tokens, window_start, window_loss, window_steps = 0, time.monotonic(), 0.0, 0
-    bar = tqdm(total=t.max_steps, desc="train", unit="step", mininterval=2.0, dynamic_ncols=True)
+    start = time.monotonic() - progress.train_seconds
+    window = {"tokens": 0, "loss": 0.0, "steps": 0, "start": time.monotonic()}
+    bar = tqdm(total=t.max_steps, initial=progress.step, desc="train", unit="step", mininterval=2.0)
     model.train()
-    stop = None
-    while stop is None:
-        for batch in iterate_batches(train_pairs, t.batch_tokens, shuffle=True, seed=cfg.seed + progress.epoch):
-            batch = batch.to(device)
-            logits, _ = model(batch.src, batch.src_mask, batch.tgt_in)
-            ntok = batch.num_tgt_tokens
-            loss = loss_fn(logits, batch.tgt_out, t.label_smoothing)
-            optimizer.zero_grad(set_to_none=True)
-            (loss / ntok).backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip)
-            optimizer.step()
-            progress.step += 1
-            window_tokens += ntok
-            window_loss += float(loss.detach())
-            window_steps += 1
-            rate = window_tokens / max(time.monotonic() - window_start, 1e-9)
-            bar.update(1)
-            bar.set_postfix(epoch=progress.epoch, loss=f"{float(loss.detach()) / ntok:.3f}", tok_s=f"{rate:.0f}", refresh=False)
-            elapsed = time.monotonic() - start
-            stop = stop_reason(t, progress, elapsed)
-            if progress.step % t.valid_every == 0 or stop:
-                progress.train_seconds = elapsed
-                record = {"train_loss": window_loss / max(window_tokens, 1), "tokens_per_sec": rate}
-                stop = validate(cfg, model, optimizer, scheduler, valid_pairs, valid, toks, run_dir, device,
-                                progress, record) or stop
-                window_tokens, window_start, window_loss, window_steps = 0, time.monotonic(), 0.0, 0
+
+    def check(stop):
+        progress.train_seconds = time.monotonic() - start
+        if stop or progress.step % t.valid_every == 0:
+            rate = window["tokens"] / max(time.monotonic() - window["start"], 1e-9)
+            record = {"train_loss": window["loss"] / max(window["tokens"], 1), "tokens_per_sec": rate}
+            stop = validate(cfg, model, optimizer, scheduler, valid_pairs, valid, toks, run_dir, device,
+                            progress, record) or stop
+            window.update(tokens=0, loss=0.0, steps=0, start=time.monotonic())
+        return stop
+
+    with stop_on_signals() as flag:
+        while True:
+            for batch in iterate_batches(train_pairs, t.batch_tokens, shuffle=True, seed=cfg.seed + progress.epoch,
+                                         skip=progress.batch_in_epoch):
+                loss, ntok = train_step(model, optimizer, batch.to(device), t)
+                progress.step += 1
+                progress.batch_in_epoch += 1
+                window.update(tokens=window["tokens"] + ntok, loss=window["loss"] + loss, steps=window["steps"] + 1)
+                bar.update(1)
+                bar.set_postfix(epoch=progress.epoch, loss=f"{loss / ntok:.3f}", refresh=False,
+                                tok_s=f"{window['tokens'] / max(time.monotonic() - window['start'], 1e-9):.0f}")
+                if flag["signal"]:
+                    bar.close()
+                    return interrupted(cfg, model, optimizer, scheduler, toks, run_dir, progress, flag["signal"],
+                                       time.monotonic() - start)
+                stop = check(stop_reason(t, progress, time.monotonic() - start))
+                if stop:
+                    break
+            else:
+                progress.epoch += 1
+                progress.batch_in_epoch = 0
+                stop = stop_reason(t, progress, time.monotonic() - start)
+                if stop and window["steps"]:
+                    stop = check(stop)
             if stop:
                 break
-        else:
-            progress.epoch += 1
-            stop = stop_reason(t, progress, time.monotonic() - start)
-            if stop and window_steps:
-                progress.train_seconds = time.monotonic() - start
-                record = {"train_loss": window_loss / max(window_tokens, 1),
-                          "tokens_per_sec": window_tokens / max(time.monotonic() - window_start, 1e-9)}
-                validate(cfg, model, optimizer, scheduler, valid_pairs, valid, toks, run_dir, device, progress, record)
     bar.close()
     log.info("training stopped after %d steps (%d epochs, %.1f min): %s", progress.step, progress.epoch,
              progress.train_seconds / 60, stop)
-    return progress
+    return stop
+
+
+def interrupted(cfg, model, optimizer, scheduler, toks, run_dir: Path, progress: Progress, name: str,
+                elapsed: float) -> str:
+    """Save ``last.pt`` after a signal and say how to resume; returns the stop reason."""
+    progress.train_seconds = elapsed
+    save_state(run_dir / "checkpoints" / "last.pt", cfg, model, optimizer, scheduler, toks, progress)
+    last = (run_dir / "checkpoints" / "last.pt").resolve()
+    log.warning("%s: stopped at step %d and saved %s. Resume with:\n  python train.py train.resume=%s "
+                "hydra.run.dir=%s", name, progress.step, last, last, run_dir.resolve())
+    return f"interrupted by {name}"
+
+
+def save_state(path: Path, cfg, model, optimizer, scheduler, toks, progress: Progress) -> None:
+    """A full training checkpoint: weights, optimizer, scheduler, progress and the torch RNG state."""
+    checkpoint.save(path, model, cfg, *toks, optimizer=optimizer.state_dict(),
+                    scheduler=scheduler.state_dict() if scheduler else None, progress=asdict(progress),
+                    rng={"torch": torch.get_rng_state()})
 
 
 def stop_reason(t, progress: Progress, elapsed: float) -> str | None:
@@ -201,12 +300,9 @@ def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, tok
         progress.bad_validations += 1
     if scheduler is not None:
         scheduler.step(bleu)
-    state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict() if scheduler else None,
-             "progress": asdict(progress), "rng": {"torch": torch.get_rng_state(), "python": random.getstate()}}
-    ckpt_dir = run_dir / "checkpoints"
-    checkpoint.save(ckpt_dir / "last.pt", model, cfg, src_tok, tgt_tok, **state)
+    save_state(run_dir / "checkpoints" / "last.pt", cfg, model, optimizer, scheduler, toks, progress)
     if improved:
-        checkpoint.save(ckpt_dir / "best.pt", model, cfg, src_tok, tgt_tok, **state)
+        save_state(run_dir / "checkpoints" / "best.pt", cfg, model, optimizer, scheduler, toks, progress)
     if cfg.train.patience and progress.bad_validations >= cfg.train.patience:
         return f"no validation BLEU gain in {cfg.train.patience} validations (early stopping)"
     return None

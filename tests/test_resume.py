@@ -1,0 +1,111 @@
+"""Interrupted training and untrusted checkpoints: exact resume, clean stop on SIGINT, refused pickles."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import OrderedDict
+
+import pytest
+import torch
+
+from nmt import checkpoint
+from nmt.training import train
+
+N = 6  # steps before the interruption; the uninterrupted run goes to 2N
+TINY = ["data.train_limit=600", "data.eval_limit=8", "tokenizer.vocab_size=600", "model.emb_size=16",
+        "model.hidden_size=32", "train.batch_tokens=150", f"train.valid_every={N}", "decode.beam_size=2",
+        "eval.plots=0", "device=cpu", "model.dropout=0.3", "train.max_epochs=null"]
+
+
+def last_state(run_dir):
+    payload = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
+    return payload["model"], payload["progress"]
+
+
+def metrics(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_stop_at_n_and_resume_to_2n_equals_uninterrupted_run(compose_cfg, tmp_path):
+    """Model, optimizer, scheduler, step, data order and RNG are restored: parameters within 1e-6 and the same
+    training losses as a run that never stopped (dropout on, so the RNG state matters)."""
+    full, first, resumed = tmp_path / "full", tmp_path / "first", tmp_path / "resumed"
+    train(compose_cfg([*TINY, f"train.max_steps={2 * N}"]), full)
+    train(compose_cfg([*TINY, f"train.max_steps={N}"]), first)
+    train(compose_cfg([*TINY, f"train.max_steps={2 * N}", f"train.resume={first}/checkpoints/last.pt"]), resumed)
+
+    weights_full, progress_full = last_state(full)
+    weights_resumed, progress_resumed = last_state(resumed)
+    assert progress_resumed["step"] == progress_full["step"] == 2 * N
+    assert progress_resumed["batch_in_epoch"] == progress_full["batch_in_epoch"]
+    for name, tensor in weights_full.items():
+        torch.testing.assert_close(weights_resumed[name], tensor, atol=1e-6, rtol=0, msg=name)
+    # The uninterrupted run validated at N and 2N; the resumed one at 2N, over the same steps N+1..2N.
+    full_records, resumed_records = metrics(full), metrics(resumed)
+    assert [r["step"] for r in full_records] == [N, 2 * N]
+    assert resumed_records[-1]["step"] == 2 * N
+    assert resumed_records[-1]["train_loss"] == pytest.approx(full_records[-1]["train_loss"], abs=1e-6)
+    assert resumed_records[-1]["valid_loss"] == pytest.approx(full_records[-1]["valid_loss"], abs=1e-6)
+
+
+def test_resuming_from_a_different_run_changes_weights(compose_cfg, tmp_path):
+    """Guard for the test above: without restoring, a different seed gives different parameters."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    train(compose_cfg([*TINY, "train.max_steps=2"]), a)
+    train(compose_cfg([*TINY, "train.max_steps=2", "seed=7"]), b)
+    wa, wb = last_state(a)[0], last_state(b)[0]
+    assert any(not torch.allclose(wa[k], wb[k]) for k in wa)
+
+
+def test_sigint_finishes_the_step_saves_last_and_says_how_to_resume(repo_root, tmp_path):
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+    args = [sys.executable, "train.py", *TINY, "train.valid_every=3", "train.max_steps=100000",
+            f"hydra.run.dir={run_dir}"]
+    proc = subprocess.Popen(args, cwd=repo_root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not (run_dir / "metrics.jsonl").is_file() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    output = stdout.decode() + stderr.decode()  # Hydra's console log goes to stdout
+    assert proc.returncode == 0, output[-3000:]
+    assert "train.resume=" in output and "SIGINT" in output
+    payload = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
+    step = payload["progress"]["step"]
+    assert step >= 3
+    assert not (run_dir / "eval").exists(), "an interrupted run must not pretend to have evaluated"
+    # Resuming inside the same run directory continues from last.pt without being told.
+    resume = subprocess.run([sys.executable, "train.py", *TINY, f"train.max_steps={step + 2}",
+                             f"hydra.run.dir={run_dir}"], check=False, cwd=repo_root, env=env, capture_output=True,
+                            timeout=300)
+    assert resume.returncode == 0, resume.stderr.decode()[-3000:]
+    assert f"resumed at step {step}" in resume.stdout.decode() + resume.stderr.decode()
+    assert torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["progress"]["step"] == step + 2
+    assert (run_dir / "eval" / "test.hyp").is_file()
+
+
+def test_checkpoint_with_pickled_object_is_refused(tmp_path):
+    path = tmp_path / "evil.pt"
+    torch.save({"model": OrderedDict(), "config": {}, "spm": {}, "extra": subprocess.Popen}, path)
+    with pytest.raises(checkpoint.CheckpointError, match="pickled"):
+        checkpoint.load_payload(path)
+
+
+def test_truncated_and_missing_checkpoints_are_reported(tmp_path):
+    path = tmp_path / "cut.pt"
+    torch.save({"model": {"w": torch.zeros(1000)}, "config": {}, "spm": {}}, path)
+    path.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(checkpoint.CheckpointError, match="cut.pt"):
+        checkpoint.load_payload(path)
+    with pytest.raises(FileNotFoundError, match="nowhere.pt"):
+        checkpoint.load_payload(tmp_path / "nowhere.pt")
+    torch.save({"weights": torch.zeros(2)}, tmp_path / "other.pt")
+    with pytest.raises(checkpoint.CheckpointError, match="not an nmt checkpoint"):
+        checkpoint.load_payload(tmp_path / "other.pt")
