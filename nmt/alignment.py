@@ -11,6 +11,17 @@ alignments (alignment error rate, as in the AER experiment of Luong et al. 2015,
    and eflomal.
 
 Special tokens (``</s>``, ``<s>``, ``<pad>``) belong to no word: their rows and columns are dropped.
+
+Two extensions for the alignment experiments (issue 6, "what helps"):
+
+* ``shift=1`` reads hypothesis piece ``t`` from attention row ``t + 1``: the decoder often attends to a word one
+  step late, while it emits the *next* word (Luong et al. 2015 extract from step t; shifting is a common fix for
+  attention-based alignment). The first row is dropped; the ``</s>`` row exists, so the last real piece still
+  has a row.
+* :func:`symmetrize` combines the links of two models trained in opposite directions: ``intersection``,
+  ``union``, ``grow-diag``, ``grow-diag-final`` and ``grow-diag-final-and`` (Koehn, Axelrod, Birch Mayne,
+  Callison-Burch, Osborne and Talbot 2005, "Edinburgh System Description for the 2005 IWSLT Speech Translation
+  Evaluation"; the pseudo-code of Koehn 2010, *Statistical Machine Translation*, §4.5, as in Moses).
 """
 
 from __future__ import annotations
@@ -22,6 +33,7 @@ import numpy as np
 WORD_START = "\u2581"  # "▁", sentencepiece's word-boundary marker
 SPECIAL_TOKENS = frozenset({"</s>", "<s>", "<pad>"})
 METHODS = ("argmax_target", "argmax_source", "threshold")
+SYMMETRIZATIONS = ("intersection", "union", "grow-diag", "grow-diag-final", "grow-diag-final-and")
 _BYTE_PIECE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 
 
@@ -77,22 +89,28 @@ def _group(pieces: list[str]) -> tuple[list[list[int]], list[str]]:
 
 
 def merge_to_words(
-    matrix: np.ndarray, src_pieces: list[str], hyp_pieces: list[str]
+    matrix: np.ndarray, src_pieces: list[str], hyp_pieces: list[str], shift: int = 0
 ) -> tuple[np.ndarray, list[str], list[str]]:
     """Merge a subword soft alignment into a word-level one (docs/attention.md, "Alignments as an output").
 
     ``word_matrix[i, j]`` = mean over the hypothesis pieces of target word ``i`` of the sum over the source
-    pieces of source word ``j`` of ``matrix``. Rows/columns of special tokens (``</s>``, ...) are dropped.
+    pieces of source word ``j`` of ``matrix`` (after the row shift below). Rows/columns of special tokens
+    (``</s>``, ...) are dropped.
+
+    With ``shift=k`` hypothesis piece ``t`` takes row ``t + k`` (the first ``k`` rows are dropped): the
+    decoder may attend to a word one step late. A piece without a row (only possible for the last ``k``
+    pieces, normally ``</s>``) is left out of its word's mean; a word with no row left gets a zero row.
 
     Args:
         matrix: ``[hyp_len, src_len]`` soft alignment in pieces (``hyp_len == len(hyp_pieces)``,
             ``src_len == len(src_pieces)``); ``[0, 0]`` for an empty sentence.
         src_pieces: ``[src_len]`` source pieces.
         hyp_pieces: ``[hyp_len]`` hypothesis pieces.
+        shift: rows to read ahead (0: row t for piece t, the default; 1: row t + 1).
     Returns:
         ``(word_matrix [hyp_words, src_words] float32, src_words, hyp_words)`` with the words' surface forms.
     Raises:
-        ValueError: if the matrix shape does not match the token counts.
+        ValueError: if the matrix shape does not match the token counts, or ``shift`` is negative.
     """
     matrix = np.asarray(matrix, dtype=np.float32)
     expected = (len(hyp_pieces), len(src_pieces))
@@ -103,13 +121,18 @@ def merge_to_words(
             f"alignment matrix has shape {matrix.shape}, expected [len(hyp_pieces), len(src_pieces)] = "
             f"{expected}"
         )
+    if shift < 0:
+        raise ValueError(f"shift must be >= 0 (rows read ahead), got {shift}")
+    rows_left = matrix[shift:]  # [hyp_len - shift, src_len]: piece t -> row t + shift
     src_members, src_words = _group(src_pieces)
     hyp_members, hyp_words = _group(hyp_pieces)
     out = np.zeros((len(hyp_members), len(src_members)), dtype=np.float32)
     for j, cols in enumerate(src_members):
-        summed = matrix[:, cols].sum(axis=1)  # [hyp_len]
+        summed = rows_left[:, cols].sum(axis=1)  # [hyp_len - shift]
         for i, rows in enumerate(hyp_members):
-            out[i, j] = summed[rows].mean()
+            rows = [r for r in rows if r < len(summed)]
+            if rows:
+                out[i, j] = summed[rows].mean()
     return out, src_words, hyp_words
 
 
@@ -166,11 +189,89 @@ def pharaoh_line(
     hyp_pieces: list[str],
     method: str = "argmax_target",
     threshold: float = 0.3,
+    shift: int = 0,
 ) -> str:
     """One Pharaoh line from a subword soft alignment ``[hyp_len, src_len]``: merge, link, format.
 
-    Convenience for writing ``eval/{split}.align`` (docs/design.md §2): :func:`merge_to_words`, then
-    :func:`hard_alignment`, then :func:`to_pharaoh`. An empty sentence gives ``""``.
+    Convenience for writing ``eval/{split}.align`` (docs/design.md §2): :func:`merge_to_words` (with
+    ``shift``), then :func:`hard_alignment`, then :func:`to_pharaoh`. An empty sentence gives ``""``.
     """
-    word_matrix, _, _ = merge_to_words(matrix, src_pieces, hyp_pieces)
+    word_matrix, _, _ = merge_to_words(matrix, src_pieces, hyp_pieces, shift=shift)
     return to_pharaoh(hard_alignment(word_matrix, method=method, threshold=threshold))
+
+
+_NEIGHBOURS = ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1))  # Koehn's order
+
+
+def symmetrize(
+    forward_links: set[tuple[int, int]] | list[tuple[int, int]],
+    backward_links: set[tuple[int, int]] | list[tuple[int, int]],
+    method: str = "grow-diag-final-and",
+) -> list[tuple[int, int]]:
+    """Combine the links of two alignment directions into one set (Koehn et al. 2005; Koehn 2010, §4.5).
+
+    Both inputs are ``(source_word, target_word)`` pairs, 0-based: the backward direction (a model trained
+    target -> source) must already be transposed into this order.
+
+    Methods:
+        ``"intersection"``: links in both directions (high precision).
+        ``"union"``: links in either direction (high recall).
+        ``"grow-diag"``: start from the intersection; repeatedly, for every current link ``(s, t)`` (visited
+            in order of ``s``, then ``t``) and each of its 8 neighbours (horizontal, vertical, diagonal), add
+            the neighbour if it is in the union and its source word **or** its target word is still
+            unaligned; until a pass adds nothing.
+        ``"grow-diag-final"``: grow-diag, then for the forward and then the backward links (in order), add
+            a link whose source **or** target word is still unaligned.
+        ``"grow-diag-final-and"``: grow-diag, then the same with source **and** target word both unaligned
+            (the default of Moses and eflomal's ``atools``).
+    Links added during a pass count as aligned (and are grown from) at once, as in the pseudo-code.
+
+    Returns:
+        sorted list of ``(source_word, target_word)`` links.
+    Raises:
+        ValueError: on an unknown method, naming the valid ones.
+    """
+    if method not in SYMMETRIZATIONS:
+        raise ValueError(
+            f"unknown symmetrization method {method!r}; valid methods: {', '.join(SYMMETRIZATIONS)}"
+        )
+    forward = {(int(s), int(t)) for s, t in forward_links}
+    backward = {(int(s), int(t)) for s, t in backward_links}
+    union = forward | backward
+    if method == "union":
+        return sorted(union)
+    alignment = forward & backward
+    if method == "intersection" or not union:
+        return sorted(alignment)
+    src_aligned = {s for s, _ in alignment}
+    tgt_aligned = {t for _, t in alignment}
+    n_src = max(s for s, _ in union) + 1
+    n_tgt = max(t for _, t in union) + 1
+
+    def add(link: tuple[int, int]) -> None:
+        alignment.add(link)
+        src_aligned.add(link[0])
+        tgt_aligned.add(link[1])
+
+    changed = True
+    while changed:  # grow-diag
+        changed = False
+        for s in range(n_src):
+            for t in range(n_tgt):
+                if (s, t) not in alignment:
+                    continue
+                for ds, dt in _NEIGHBOURS:
+                    link = (s + ds, t + dt)
+                    if link in union and link not in alignment and (
+                        link[0] not in src_aligned or link[1] not in tgt_aligned
+                    ):
+                        add(link)
+                        changed = True
+    if method in ("grow-diag-final", "grow-diag-final-and"):
+        both = method == "grow-diag-final-and"
+        for direction in (forward, backward):
+            for link in sorted(direction):
+                s_free, t_free = link[0] not in src_aligned, link[1] not in tgt_aligned
+                if link not in alignment and ((s_free and t_free) if both else (s_free or t_free)):
+                    add(link)
+    return sorted(alignment)

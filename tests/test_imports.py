@@ -26,6 +26,7 @@ ALLOWED = {
     "checkpoint": {"model", "textio", "tokenizer"},
     "evaluate": {"alignment", "data", "search", "textio", "tokenizer"},
     "training": {"checkpoint", "data", "evaluate", "plot", "tokenizer"},
+    "align": {"alignment", "checkpoint", "data", "evaluate", "search", "textio", "tokenizer"},
 }
 CONFIG_LIBRARIES = {"hydra", "omegaconf"}
 # third-party libraries of the leaves (stdlib aside): the leaves stay light and independent

@@ -1,0 +1,235 @@
+"""Forced alignment: the attention of a trained model over *given* target sentences, and Pharaoh export.
+
+Teacher forcing feeds the reference target ``y_1..y_T`` (ids from the target tokenizer, ending in ``</s>``) to
+the decoder instead of its own predictions, and keeps the attention weights ``A[t, s] = a_t(s)`` of every step,
+the soft alignment of docs/attention.md ("Alignments as an output"), shape ``[T, S]`` in pieces with ``</s>`` on
+both sides. The decoder's state at step t depends only on the source and ``y_<t``, so forcing a model's own
+greedy or beam output reproduces the matrix saved when that output was produced. This is how attention is
+scored as a word aligner (Luong et al. 2015, §5.3, AER on gold alignments; Bahdanau et al. 2015, Fig. 3).
+
+Word-level links (nmt.alignment): pieces are merged into words (sum over a word's source columns, mean over its
+target rows), then linked per target word (``argmax_target``, Luong's), per source word (``argmax_source``) or
+by a probability ``threshold``; ``shift=1`` reads target word t from attention row t+1. Given a second model
+trained in the opposite direction (``reverse_checkpoint``), both directions are extracted and symmetrized
+(``intersection``, ``union``, ``grow-diag``, ``grow-diag-final``, ``grow-diag-final-and``; Koehn et al. 2005).
+Words are the whitespace tokens of the input files: SentencePiece starts a piece with "▁" at every whitespace,
+so pre-tokenized gold sets keep their word indices (a line where the counts differ is reported on stderr).
+
+Command line (key=value, like translate.py, but parsed here without Hydra)::
+
+    python -m nmt.align checkpoint=PATH src=FILE tgt=FILE out=FILE.align [matrices=FILE.npz]
+                        [method=argmax_target|argmax_source|threshold] [threshold=0.3] [shift=0|1]
+                        [reverse_checkpoint=PATH [method=grow-diag-final-and|intersection|union|...]
+                         [direction_method=argmax_target]] [batch_size=64] [device=auto]
+
+``out`` gets one Pharaoh line ``i-j`` (source word, target word, 0-based) per input line (empty lines stay
+empty); ``matrices`` gets the forward model's soft alignments in the evaluation format (``FILE.npz`` with one
+float32 ``[len(target pieces), len(source pieces)]`` array per line, key = 0-based line index, and
+``FILE.jsonl`` with the pieces: design.md §2). With ``reverse_checkpoint``, ``method`` is the symmetrization
+(default ``grow-diag-final-and``) and ``direction_method`` extracts each direction (default
+``argmax_target``: each target word of that model links to its argmax source word).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from nmt import checkpoint
+from nmt.alignment import METHODS, SYMMETRIZATIONS, hard_alignment, merge_to_words, symmetrize, to_pharaoh
+from nmt.data import collate
+from nmt.evaluate import EMPTY, Translation, save_alignments
+from nmt.search import log_probs
+from nmt.textio import atomic_write, read_lines
+from nmt.tokenizer import PAD_ID, Tokenizer
+
+
+def force_align(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sources: list[str], targets: list[str],
+                batch_size: int = 64, device: str | torch.device = "cpu") -> list[Translation]:
+    """Teacher-force each target sentence under ``model`` and return its soft alignment, in input order.
+
+    Sentences are batched (``batch_size`` per batch) after sorting by source length; the model runs in eval
+    mode under ``torch.inference_mode``. Sources are not cut (unlike ``translate``'s ``max_src_len``), so the
+    columns always cover every source word.
+
+    Args:
+        model: a :class:`nmt.model.Seq2Seq` (already on ``device``).
+        src_tok, tgt_tok: its tokenizers; ``tgt_tok.encode`` gives the forced ids ``[T]`` ending in ``</s>``.
+        sources, targets: parallel lines (detokenized or pre-tokenized text).
+    Returns:
+        one :class:`nmt.evaluate.Translation` per line: ``text`` = the target line, ``src_pieces`` ``[S]`` and
+        ``hyp_pieces`` ``[T]`` (both ending in ``</s>``), ``alignment`` ``[T, S]`` float32 (row t = attention
+        while emitting target piece t), ``score`` = Σ_t log p(y_t | y_<t, x) in nats (PAD/BOS excluded from the
+        softmax as in search). A line whose source or target is empty or whitespace gives ``EMPTY``.
+    Raises:
+        ValueError: if the line counts differ (both counts in the message), or ``batch_size < 1``.
+    """
+    if len(sources) != len(targets):
+        raise ValueError(f"{len(sources)} source lines but {len(targets)} target lines: forced alignment needs "
+                         "one target line per source line")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    model.eval()
+    results: list[Translation] = [EMPTY] * len(sources)
+    todo = [i for i in range(len(sources)) if sources[i].strip() and targets[i].strip()]
+    src_ids = src_tok.encode_batch([sources[i] for i in todo])
+    tgt_ids = tgt_tok.encode_batch([targets[i] for i in todo])
+    order = sorted(range(len(todo)), key=lambda k: (len(src_ids[k]), len(tgt_ids[k])))
+    with torch.inference_mode():
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            batch = collate([src_ids[k] for k in chunk], [tgt_ids[k] for k in chunk], chunk).to(device)
+            logits, weights = model(batch.src, batch.src_mask, batch.tgt_in)  # [B, T, V], [B, T, S]
+            logp = log_probs(logits).gather(2, batch.tgt_out.unsqueeze(2)).squeeze(2)  # [B, T]
+            logp = logp.masked_fill(batch.tgt_out == PAD_ID, 0.0).sum(dim=1).cpu()  # [B]
+            weights = weights.float().cpu()
+            for b, k in enumerate(chunk):
+                n_tgt, n_src = len(tgt_ids[k]), len(src_ids[k])
+                results[todo[k]] = Translation(targets[todo[k]], src_tok.pieces(src_ids[k]),
+                                               tgt_tok.pieces(tgt_ids[k]),
+                                               weights[b, :n_tgt, :n_src].numpy().astype(np.float32),
+                                               float(logp[b]))
+    return results
+
+
+def links(translation: Translation, method: str = "argmax_target", threshold: float = 0.3,
+          shift: int = 0) -> list[tuple[int, int]]:
+    """Word-level links ``(source_word, target_word)`` of one forced alignment (nmt.alignment: merge pieces
+    into words with ``shift``, then :func:`nmt.alignment.hard_alignment`); ``[]`` for an empty line."""
+    if not translation.hyp_pieces:
+        return []
+    words, _, _ = merge_to_words(translation.alignment, translation.src_pieces, translation.hyp_pieces, shift)
+    return hard_alignment(words, method=method, threshold=threshold)
+
+
+def word_counts(translation: Translation) -> tuple[int, int]:
+    """``(source words, target words)`` after merging pieces (for checking against whitespace tokens)."""
+    words, _, _ = merge_to_words(translation.alignment, translation.src_pieces, translation.hyp_pieces)
+    return words.shape[1], words.shape[0]
+
+
+# ----------------------------------------------------------------------------------------------- command line
+
+USAGE = ("usage: python -m nmt.align checkpoint=PATH src=FILE tgt=FILE out=FILE.align [matrices=FILE.npz] "
+         "[method=argmax_target|argmax_source|threshold] [threshold=0.3] [shift=0|1] "
+         "[reverse_checkpoint=PATH method=grow-diag-final-and|intersection|union|grow-diag|grow-diag-final "
+         "direction_method=argmax_target] [batch_size=64] [device=auto]")
+REQUIRED = ("checkpoint", "src", "tgt", "out")
+DEFAULTS = {"matrices": None, "method": None, "threshold": "0.3", "shift": "0", "reverse_checkpoint": None,
+            "direction_method": "argmax_target", "batch_size": "64", "device": "auto"}
+KEYS = REQUIRED + tuple(DEFAULTS)
+
+
+class UsageError(ValueError):
+    """A bad command line; the message says what is wrong and the valid keys or values."""
+
+
+def parse_args(argv: Sequence[str]) -> dict:
+    """``key=value`` arguments -> a dict of typed options (``threshold`` float, ``shift``/``batch_size`` int,
+    ``method`` resolved: ``argmax_target`` alone, ``grow-diag-final-and`` with ``reverse_checkpoint``).
+
+    Raises:
+        UsageError: an argument without ``=``, an unknown or repeated key (listing the valid keys), a missing
+            required key, a bad number, or a method that does not fit (listing the valid methods).
+    """
+    given: dict[str, str] = {}
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        key = key.lstrip("+")
+        if not sep or not key:
+            raise UsageError(f"argument {arg!r} is not key=value; valid keys: {', '.join(KEYS)}")
+        if key not in KEYS:
+            raise UsageError(f"unknown key {key!r}; valid keys: {', '.join(KEYS)}")
+        if key in given:
+            raise UsageError(f"key {key!r} given twice")
+        given[key] = value
+    missing = [k for k in REQUIRED if not given.get(k)]
+    if missing:
+        raise UsageError(f"missing {', '.join(k + '=' for k in missing)}; required keys: {', '.join(REQUIRED)}")
+    opts = {**DEFAULTS, **given}
+    try:
+        opts["threshold"] = float(opts["threshold"])
+        opts["shift"] = int(opts["shift"])
+        opts["batch_size"] = int(opts["batch_size"])
+    except ValueError as err:
+        raise UsageError(f"threshold must be a number, shift and batch_size integers: {err}") from None
+    if opts["shift"] < 0 or opts["batch_size"] < 1:
+        raise UsageError(f"need shift >= 0 and batch_size >= 1, got shift={opts['shift']}, "
+                         f"batch_size={opts['batch_size']}")
+    if opts["direction_method"] not in METHODS:
+        raise UsageError(f"direction_method={opts['direction_method']}; valid: {', '.join(METHODS)}")
+    reverse = opts["reverse_checkpoint"]
+    valid = SYMMETRIZATIONS if reverse else METHODS
+    opts["method"] = opts["method"] or valid[-1 if reverse else 0]
+    if opts["method"] not in valid:
+        hint = ("" if reverse or opts["method"] not in SYMMETRIZATIONS
+                else " (symmetrization needs reverse_checkpoint=PATH, a model trained target -> source)")
+        raise UsageError(f"method={opts['method']}{hint}; valid methods "
+                         f"{'with' if reverse else 'without'} reverse_checkpoint: {', '.join(valid)}")
+    if opts["matrices"] and not opts["matrices"].endswith(".npz"):
+        raise UsageError(f"matrices={opts['matrices']} must end in .npz (its tokens go to the .jsonl beside it)")
+    return opts
+
+
+def _load(path: str, device: torch.device):
+    model, _, src_tok, tgt_tok, _ = checkpoint.load(path, map_location=device)
+    return model, src_tok, tgt_tok
+
+
+def run(opts: dict) -> list[str]:
+    """Align ``opts["src"]``/``opts["tgt"]`` as :func:`parse_args` describes; write ``out`` (and
+    ``matrices``); return warnings (lines whose merged word counts differ from their whitespace tokens)."""
+    device = checkpoint.pick_device(opts["device"])
+    sources, targets = read_lines(opts["src"]), read_lines(opts["tgt"])
+    if len(sources) != len(targets):
+        raise ValueError(f"{opts['src']} has {len(sources)} lines but {opts['tgt']} has {len(targets)}")
+    model, src_tok, tgt_tok = _load(opts["checkpoint"], device)
+    forward = force_align(model, src_tok, tgt_tok, sources, targets, opts["batch_size"], device)
+    del model
+    shift, threshold = opts["shift"], opts["threshold"]
+    if opts["reverse_checkpoint"]:
+        r_model, r_src_tok, r_tgt_tok = _load(opts["reverse_checkpoint"], device)
+        backward = force_align(r_model, r_src_tok, r_tgt_tok, targets, sources, opts["batch_size"], device)
+        del r_model
+        lines = []
+        for fwd, bwd in zip(forward, backward):
+            f_links = links(fwd, opts["direction_method"], threshold, shift)
+            b_links = [(s, t) for t, s in links(bwd, opts["direction_method"], threshold, shift)]  # transpose
+            lines.append(to_pharaoh(symmetrize(f_links, b_links, opts["method"])))
+    else:
+        lines = [to_pharaoh(links(t, opts["method"], threshold, shift)) for t in forward]
+    atomic_write(opts["out"], "".join(line + "\n" for line in lines))
+    if opts["matrices"]:
+        save_alignments(opts["matrices"], forward)
+    mismatched = [i + 1 for i, t in enumerate(forward)
+                  if t.hyp_pieces and word_counts(t) != (len(sources[i].split()), len(targets[i].split()))]
+    if not mismatched:
+        return []
+    shown = ", ".join(map(str, mismatched[:10])) + (", ..." if len(mismatched) > 10 else "")
+    return [(f"{len(mismatched)} line(s) where the subword words differ from the whitespace tokens, so word "
+             f"indices may not match the input's: {shown}")]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m nmt.align``: returns 0; 2 with ``error: ...`` and the usage for a bad command line; 1 with
+    ``error: ...`` for unreadable files or checkpoints and mismatched line counts."""
+    try:
+        opts = parse_args(sys.argv[1:] if argv is None else argv)
+    except UsageError as err:
+        print(f"error: {err}\n{USAGE}", file=sys.stderr)
+        return 2
+    try:
+        warnings = run(opts)
+    except (OSError, ValueError) as err:  # CheckpointError and TextFileError are ValueErrors
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
