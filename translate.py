@@ -19,6 +19,7 @@ logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stre
 @hydra.main(version_base="1.3", config_path="conf", config_name="translate")
 def main(cfg: DictConfig) -> None:
     """Load the checkpoint, translate every input line (one output line each), save what was asked."""
+    checkpoint.absolute_paths(cfg, checkpoint.TRANSLATE_PATHS)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     device = checkpoint.pick_device(cfg.device)

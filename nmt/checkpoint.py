@@ -13,7 +13,7 @@ import pickle
 from pathlib import Path
 
 import torch
-from hydra.utils import instantiate
+from hydra.utils import instantiate, to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.model import Decoder, Encoder, Seq2Seq
@@ -23,6 +23,21 @@ from nmt.tokenizer import PAD_ID, Tokenizer
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be used; the message names the file and why."""
+
+
+TRAIN_PATHS = ("data.dir", "data.train_src", "data.train_tgt", "data.valid_src", "data.valid_tgt", "data.test_src",
+               "data.test_tgt", "train.resume")
+TRANSLATE_PATHS = ("checkpoint", "input", "output", "alignments", "reference", "plots")
+
+
+def absolute_paths(cfg: DictConfig, keys: tuple[str, ...]) -> None:
+    """Make the relative paths at the dotted ``keys`` absolute, against the directory the command was run from
+    (Hydra's original working directory), so they stay right whatever ``hydra.job.chdir`` is. ``-`` (stdin or
+    stdout), null and absent keys are left alone."""
+    for key in keys:
+        value = OmegaConf.select(cfg, key)
+        if value and value != "-":
+            OmegaConf.update(cfg, key, to_absolute_path(str(value)))
 
 
 def pick_device(name: str) -> torch.device:

@@ -1,0 +1,148 @@
+"""Bad input, odd paths and scoring: a clear error or a documented, lossless behaviour, never a silent wrong answer."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from nmt import checkpoint
+from nmt.evaluate import score, translate
+from nmt.training import train
+
+TINY = ["data.train_limit=400", "data.eval_limit=5", "tokenizer.vocab_size=500", "model.emb_size=16",
+        "model.hidden_size=32", "train.batch_tokens=200", "train.max_steps=3", "train.valid_every=3",
+        "decode.beam_size=2", "eval.plots=0", "device=cpu"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, compose_cfg):
+    run_dir = tmp_path_factory.mktemp("tiny") / "a=b"  # '=' in the path: see the quoting test
+    train(compose_cfg(TINY), run_dir)
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_run):
+    return checkpoint.load(tiny_run / "checkpoints" / "best.pt")
+
+
+def run_script(args, cwd, timeout=300):
+    return subprocess.run([sys.executable, *args], check=False, cwd=cwd, env=ENV, capture_output=True, timeout=timeout)
+
+
+def test_very_long_line_is_cut_with_a_warning_and_keeps_line_count(loaded, compose_cfg, caplog):
+    model, _, src_tok, tgt_tok, _ = loaded
+    decode = compose_cfg(["decode=greedy", "decode.max_src_len=50"]).decode
+    lines = ["Ein Hund läuft.", "Hund " * 2000, "", "Zwei Männer."]
+    with caplog.at_level(logging.WARNING):
+        out = translate(model, src_tok, tgt_tok, lines, decode)
+    assert len(out) == 4
+    assert "line 2" in caplog.text and "max_src_len=50" in caplog.text
+    assert len(out[1].src_pieces) == 50 and out[1].src_pieces[-1] == "</s>"
+    assert out[1].alignment.shape == (len(out[1].hyp_pieces), 50)
+    assert out[2].text == "" and out[2].alignment.shape == (0, 0)
+
+
+def test_latin1_input_stops_with_file_line_and_byte_and_writes_no_output(tiny_run, repo_root, tmp_path):
+    bad = tmp_path / "latin1.de"
+    bad.write_bytes("Ein Hund.\nEin Mädchen.\n".encode("latin-1"))
+    out = tmp_path / "out.en"
+    proc = run_script(["translate.py", f"checkpoint='{tiny_run}/checkpoints/best.pt'", f"input={bad}",
+                       f"output={out}"], repo_root)
+    stderr = proc.stderr.decode()
+    assert proc.returncode != 0
+    assert "latin1.de: line 2" in stderr and "0xe4" in stderr and "UTF-8" in stderr
+    assert not out.exists()
+
+
+def test_bom_and_crlf_input_translate_like_clean_input(tiny_run, repo_root, tmp_path):
+    """Also: relative paths resolve against the caller's folder, and a quoted checkpoint path with '=' works."""
+    (tmp_path / "clean.de").write_text("Ein Hund läuft.\nZwei Männer.\n", encoding="utf-8")
+    (tmp_path / "dos.de").write_bytes(b"\xef\xbb\xbf" + "Ein Hund läuft.\r\nZwei Männer.\r\n".encode())
+    for name in ("clean", "dos"):
+        proc = run_script([str(repo_root / "translate.py"), f"checkpoint='{tiny_run}/checkpoints/best.pt'",
+                           f"input={name}.de", f"output={name}.en", "hydra.job.chdir=true"], tmp_path)
+        assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    clean, dos = (tmp_path / "clean.en").read_text(), (tmp_path / "dos.en").read_text()
+    assert clean == dos and clean.count("\n") == 2 and "\r" not in dos
+
+
+def test_unquoted_path_with_equals_sign_is_refused_by_hydra(tiny_run, repo_root, tmp_path):
+    (tmp_path / "in.de").write_text("Ein Hund.\n", encoding="utf-8")
+    proc = run_script(["translate.py", f"checkpoint={tiny_run}/checkpoints/best.pt", f"input={tmp_path}/in.de",
+                       "output=-"], repo_root)
+    assert proc.returncode != 0
+
+
+def test_training_files_with_crlf_bom_empty_lines_and_relative_paths(repo_root, tmp_path):
+    """data=files from the caller's folder with hydra.job.chdir=true: CRLF/BOM are cleaned, empty pairs dropped."""
+    src = ["Ein Hund läuft.", "", "Zwei Männer spielen.", "Eine Frau singt."] * 40
+    tgt = ["A dog runs.", "Nothing.", "Two men play.", ""] * 40
+    (tmp_path / "train.de").write_bytes(b"\xef\xbb\xbf" + "\r\n".join(src).encode() + b"\r\n")
+    (tmp_path / "train.en").write_text("\n".join(tgt) + "\n", encoding="utf-8")
+    proc = run_script([str(repo_root / "train.py"), "data=files", "data.train_src=train.de", "data.train_tgt=train.en",
+                       "data.valid_src=train.de", "data.valid_tgt=train.en", "data.eval_limit=4",
+                       "tokenizer.vocab_size=300", "model.emb_size=16", "model.hidden_size=32",
+                       "train.max_steps=2", "train.valid_every=2", "decode.beam_size=2", "eval.plots=0",
+                       "hydra.run.dir=run", "hydra.job.chdir=true"], tmp_path)
+    output = proc.stdout.decode() + proc.stderr.decode()
+    assert proc.returncode == 0, output[-3000:]
+    assert "dropped 80 pairs with an empty side" in (tmp_path / "run" / "train.log").read_text()
+    pieces = (tmp_path / "run" / "spm" / "joint.vocab").read_text(encoding="utf-8")
+    assert "\r" not in pieces and "\ufeff" not in pieces
+
+
+def test_mismatched_training_files_stop_before_training(repo_root, tmp_path):
+    (tmp_path / "a.de").write_text("eins\nzwei\ndrei\n", encoding="utf-8")
+    (tmp_path / "a.en").write_text("one\ntwo\n", encoding="utf-8")
+    proc = run_script(["train.py", "data=files", f"data.train_src={tmp_path}/a.de", f"data.train_tgt={tmp_path}/a.en",
+                       f"data.valid_src={tmp_path}/a.de", f"data.valid_tgt={tmp_path}/a.en",
+                       f"hydra.run.dir={tmp_path}/run"], repo_root)
+    output = proc.stdout.decode() + proc.stderr.decode()
+    assert proc.returncode != 0
+    assert "a.de has 3 lines" in output and "a.en has 2" in output
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_score_refuses_mismatch_and_handles_empty_hypotheses():
+    with pytest.raises(ValueError, match="2 hypotheses but 3 references"):
+        score(["a", "b"], ["a", "b", "c"])
+    result = score(["", "a dog runs in the park"], ["a cat sits", "a dog runs in the park"])
+    assert 0 < result["bleu"] < 100 and result["bleu_signature"].startswith("nrefs:1")
+    assert score(["a dog runs ."], ["a dog runs ."])["bleu"] == pytest.approx(100.0)
+
+
+def test_saved_alignments_are_float32_with_matching_tokens(loaded, compose_cfg, tmp_path):
+    from nmt.evaluate import save_results
+
+    model, _, src_tok, tgt_tok, _ = loaded
+    out = translate(model, src_tok, tgt_tok, ["Ein Hund.", "  "], compose_cfg(["decode=greedy"]).decode)
+    save_results(tmp_path / "x", out)
+    arrays = np.load(tmp_path / "x.alignments.npz")
+    assert arrays["0"].dtype == np.float32 and arrays["0"].shape == (len(out[0].hyp_pieces), len(out[0].src_pieces))
+    assert arrays["1"].shape == (0, 0)
+    assert (tmp_path / "x.align").read_text().count("\n") == 2
+
+
+def test_checkpoint_with_wrong_or_broken_sentencepiece_model_says_so(tiny_run, tmp_path):
+    import torch
+
+    from nmt.checkpoint import CheckpointError, bytes_tensor
+    from nmt.tokenizer import train_spm
+
+    payload = torch.load(tiny_run / "checkpoints" / "best.pt", weights_only=True)
+    other = train_spm(["ein kleiner Hund läuft schnell über die Wiese"] * 50, tmp_path / "other.model", vocab_size=290)
+    payload["spm"]["tgt"] = bytes_tensor(other.read_bytes())
+    torch.save(payload, tmp_path / "mismatch.pt")
+    with pytest.raises(CheckpointError, match=r"mismatch\.pt.*sentencepiece vocabularies"):
+        checkpoint.load(tmp_path / "mismatch.pt")
+    payload["spm"]["tgt"] = bytes_tensor(b"not a sentencepiece model")
+    torch.save(payload, tmp_path / "broken.pt")
+    with pytest.raises(CheckpointError, match=r"broken\.pt.*sentencepiece model stored in it is unusable"):
+        checkpoint.load(tmp_path / "broken.pt")
