@@ -48,7 +48,6 @@ where ``possible`` counts P including S.
 from __future__ import annotations
 
 import argparse
-import gzip
 import math
 import re
 import sys
@@ -56,6 +55,8 @@ import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from nmt.textio import TextFileError, read_lines
 
 Link = tuple[int, int]
 FORMATS = ("pharaoh", "naacl")
@@ -127,33 +128,12 @@ class AERResult:
 
 
 def _read_lines(path: str | Path) -> list[str]:
-    """Lines of a UTF-8 text file (plain or gzip by magic bytes), without line ends and without a leading BOM.
-
-    Lines split on ``\\n`` only (a ``\\r`` before it is dropped); a final ``\\n`` does not start another line.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"file not found: {path}")
-    data = path.read_bytes()
-    if data[:2] == b"\x1f\x8b":
-        data = gzip.decompress(data)
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
-    raw_lines = data.split(b"\n")
-    if raw_lines[-1] == b"":
-        raw_lines.pop()
-    lines = []
-    for number, raw in enumerate(raw_lines, start=1):
-        if raw.endswith(b"\r"):
-            raw = raw[:-1]
-        try:
-            lines.append(raw.decode("utf-8"))
-        except UnicodeDecodeError as err:
-            raise AlignmentFormatError(
-                f"{path}: line {number}: byte 0x{raw[err.start]:02x} at column {err.start + 1} "
-                "is not valid UTF-8"
-            ) from None
-    return lines
+    """Lines of a UTF-8 text file (plain or ``.gz``; BOM dropped, ``\\n`` only): :func:`nmt.textio.read_lines`,
+    with undecodable bytes reported as an :class:`AlignmentFormatError`."""
+    try:
+        return read_lines(path)
+    except TextFileError as err:
+        raise AlignmentFormatError(str(err)) from None
 
 
 def read_lengths(src: str | Path, tgt: str | Path | None = None) -> list[tuple[int, int]]:
