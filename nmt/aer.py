@@ -30,7 +30,7 @@ A link is ``(source_index, target_index)``, 0-based, source first. The readers c
 
 Options of both readers: ``one_based`` (positions count from 1; a position 0 is then a NULL link, which is
 skipped and counted in :attr:`Alignments.null_links`) and ``target_first`` (the first position is the target
-word's). A UTF-8 byte-order mark is dropped, ``\\r\\n`` counts as ``\\n``, gzip files (by their magic bytes)
+word's). A UTF-8 byte-order mark is dropped, ``\\r\\n`` counts as ``\\n``, files ending in ``.gz``
 are decompressed. Malformed lines raise :class:`AlignmentFormatError` naming the file and line. When the
 sentence lengths are given (:func:`read_lengths`), a link outside them is dropped with an
 :class:`AlignmentWarning` naming the file and line (the German-English gold set has one: sentence 63,
