@@ -106,15 +106,17 @@ def train(cfg, run_dir: str | Path) -> dict:
     if cfg.get("threads"):
         torch.set_num_threads(cfg.threads)
     device = checkpoint.pick_device(cfg.device)
-    splits = load_splits(cfg.data)
     resume = cfg.train.get("resume") or (run_dir / "checkpoints" / "last.pt")
     payload = None
     if cfg.train.get("resume") or Path(resume).is_file():
-        model, src_tok, tgt_tok, payload = resume_from(resume, cfg, run_dir, device)
+        model, src_tok, tgt_tok, payload, data_cfg = resume_from(resume, cfg, run_dir, device)
+        splits = load_splits(data_cfg)
     else:
+        data_cfg = cfg.data
+        splits = load_splits(data_cfg)
         src_tok, tgt_tok = prepare_tokenizers(cfg.tokenizer, splits["train"], run_dir / "spm")
         model = checkpoint.build_model(cfg, len(src_tok), len(tgt_tok)).to(device)
-    train_pairs = encode_pairs(splits["train"], src_tok, tgt_tok, cfg.data.max_len)
+    train_pairs = encode_pairs(splits["train"], src_tok, tgt_tok, data_cfg.max_len)
     valid_pairs = encode_pairs(splits["valid"], src_tok, tgt_tok)
     log.info("model: %.2fM parameters, attention=%s, decoder=%s, device=%s; %d training pairs",
              sum(p.numel() for p in model.parameters()) / 1e6, type(model.decoder.attention).__name__,
@@ -141,13 +143,15 @@ def train(cfg, run_dir: str | Path) -> dict:
 
 
 def resume_from(path, cfg, run_dir: Path, device):
-    """Model and tokenizers from a checkpoint to resume; its SentencePiece models are copied to ``run_dir/spm``.
+    """Model, tokenizers and data config from a checkpoint to resume; its SentencePiece models are copied to
+    ``run_dir/spm``.
 
-    The architecture comes from the checkpoint's own config; a different one on the command line is ignored
-    with a warning. Returns ``(model, src_tok, tgt_tok, payload)``.
+    The architecture and the corpus (``data``, with its paths already absolute) come from the checkpoint's own
+    config, so a resumed run trains on the same data; a different one on the command line is ignored with a
+    warning. Returns ``(model, src_tok, tgt_tok, payload, data_cfg)``.
     """
     model, ckpt_cfg, src_tok, tgt_tok, payload = checkpoint.load(path, device)
-    for key in ("model", "attention", "decoder", "tokenizer"):
+    for key in ("model", "attention", "decoder", "tokenizer", "data"):
         if ckpt_cfg.get(key) != cfg.get(key):
             log.warning("resuming %s: %s comes from the checkpoint (%s), not from the command line (%s)",
                         path, key, ckpt_cfg.get(key), cfg.get(key))
@@ -156,7 +160,7 @@ def resume_from(path, cfg, run_dir: Path, device):
     for name, tok in (("src", src_tok), ("tgt", tgt_tok)):
         if not (spm_dir / f"{name}.model").is_file():
             (spm_dir / f"{name}.model").write_bytes(tok.model_proto)
-    return model.train(), src_tok, tgt_tok, payload
+    return model.train(), src_tok, tgt_tok, payload, ckpt_cfg.data
 
 
 @contextmanager

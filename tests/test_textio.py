@@ -94,3 +94,17 @@ def test_atomic_write_roundtrip(tmp_path):
 def test_atomic_write_stdout(capsys):
     atomic_write("-", "a\nb\n")
     assert capsys.readouterr().out == "a\nb\n"
+
+
+def test_atomic_write_gives_the_mode_open_would(tmp_path):
+    import os
+    import stat
+
+    from nmt.textio import atomic_write as write
+
+    old = os.umask(0o022)
+    try:
+        write(tmp_path / "out.txt", "x\n")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "out.txt").stat().st_mode) == 0o644
