@@ -57,7 +57,8 @@ def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Se
     encoder = Encoder(src_vocab_size, m.emb_size, m.hidden_size, m.encoder_layers, m.dropout,
                       decoder_layers=m.decoder_layers, pad_id=PAD_ID)
     decoder = Decoder(tgt_vocab_size, m.emb_size, m.hidden_size, instantiate(cfg.attention),
-                      num_layers=m.decoder_layers, dropout=m.dropout, style=cfg.decoder.style, pad_id=PAD_ID)
+                      num_layers=m.decoder_layers, dropout=m.dropout, style=cfg.decoder.style, pad_id=PAD_ID,
+                      tie_embeddings=m.get("tie_embeddings", False))
     return Seq2Seq(encoder, decoder)
 
 
@@ -75,9 +76,16 @@ def save(path: str | Path, model: Seq2Seq, cfg: DictConfig, src_tok: Tokenizer, 
     payload = {
         "model": model.state_dict(),
         "config": OmegaConf.to_container(cfg, resolve=True),
-        "spm": {"src": bytes_tensor(src_tok.model_proto), "tgt": bytes_tensor(tgt_tok.model_proto)},
+        "spm": {"src": bytes_tensor(src_tok.model_proto), "tgt": bytes_tensor(tgt_tok.model_proto),
+                **{f"{side}_vocab": torch.tensor(tok.vocab, dtype=torch.long)
+                   for side, tok in (("src", src_tok), ("tgt", tgt_tok)) if tok.vocab is not None}},
         **state,
     }
+    write_payload(path, payload)
+
+
+def write_payload(path: str | Path, payload: dict) -> None:
+    """``torch.save`` a checkpoint dict atomically (temporary file, fsync, rename): never half-written."""
     buffer = io.BytesIO()
     torch.save(payload, buffer)
     atomic_write(path, buffer.getvalue())
@@ -121,8 +129,9 @@ def load(path: str | Path, map_location: str | torch.device = "cpu"):
     payload = load_payload(path, map_location)
     cfg = OmegaConf.create(payload["config"])
     try:
-        src_tok = Tokenizer(payload["spm"]["src"].cpu().numpy().tobytes(), name=f"{path}:spm/src")
-        tgt_tok = Tokenizer(payload["spm"]["tgt"].cpu().numpy().tobytes(), name=f"{path}:spm/tgt")
+        src_tok, tgt_tok = (Tokenizer(payload["spm"][side].cpu().numpy().tobytes(), name=f"{path}:spm/{side}",
+                                      vocab=vocab.tolist() if (vocab := payload["spm"].get(f"{side}_vocab")) is not None
+                                      else None) for side in ("src", "tgt"))
     except (RuntimeError, ValueError) as err:
         raise CheckpointError(f"{path}: the sentencepiece model stored in it is unusable: {err}") from None
     model = build_model(cfg, len(src_tok), len(tgt_tok))

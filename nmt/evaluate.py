@@ -82,7 +82,9 @@ def translate(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sentences: list[str
 
 
 def score(hypotheses: list[str], references: list[str]) -> dict:
-    """Corpus BLEU and chrF (sacreBLEU defaults: cased, 13a tokenization; chrF2) with their signatures.
+    """Corpus BLEU and chrF (sacreBLEU defaults: cased, 13a tokenization; chrF2) with their signatures, and
+    ``bleu_lowercase`` (sacreBLEU ``lowercase=True``, ``case:lc`` in its signature), the figure comparable with
+    papers that report lowercased BLEU.
 
     Raises:
         ValueError: if the line counts differ (sacreBLEU's Python API does not check this), with both counts.
@@ -90,11 +92,13 @@ def score(hypotheses: list[str], references: list[str]) -> dict:
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references: "
                          "BLEU needs exactly one hypothesis per reference line")
-    bleu, chrf = sacrebleu.BLEU(), sacrebleu.CHRF()
+    bleu, bleu_lc, chrf = sacrebleu.BLEU(), sacrebleu.BLEU(lowercase=True), sacrebleu.CHRF()
     b = bleu.corpus_score(hypotheses, [references])
     c = chrf.corpus_score(hypotheses, [references])
+    lc = bleu_lc.corpus_score(hypotheses, [references])
     return {"bleu": round(b.score, 2), "chrf": round(c.score, 2), "bleu_signature": str(bleu.get_signature()),
-            "chrf_signature": str(chrf.get_signature()), "bleu_detail": str(b), "num_sentences": len(hypotheses)}
+            "chrf_signature": str(chrf.get_signature()), "bleu_detail": str(b), "num_sentences": len(hypotheses),
+            "bleu_lowercase": round(lc.score, 2), "bleu_lowercase_signature": str(bleu_lc.get_signature())}
 
 
 def save_results(prefix: str | Path, translations: list[Translation], scores: dict | None = None) -> None:

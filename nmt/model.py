@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
@@ -100,64 +101,102 @@ class Decoder(nn.Module):
         (c_t, a_t) = attention(s_{t-1});  s_t = GRU([E y_{t-1}; c_t], s_{t-1});
         p(y_t) = softmax(W_s tanh(W_o [s_t; c_t; E y_{t-1}])) (a tanh layer in place of the paper's maxout).
 
+    The readout vector (h̃_t, or the tanh layer's output) has size R = H, or R = E with
+    ``tie_embeddings=True``: then W_s is the target embedding matrix E (Press and Wolf 2017; Inan et al. 2017),
+    which also halves the cost of the output layer, the largest matrix product of a training step.
+
     With ``num_layers > 1`` the GRU is a stack with dropout between layers; the top layer's state is the query.
+    The first layer's input projection of the embeddings (``W_ih[:, :E] E y``) needs no recurrence, so
+    :meth:`forward` computes it for all target steps in one matrix product before the loop.
 
     Args:
         attention: a factory called as ``attention(query_size=H, key_size=H)`` returning an
             :class:`nmt.attention.Attention` (Hydra's ``_partial_: true`` objects are such factories).
+        tie_embeddings: share the target embeddings with the output projection W_s (readout size E).
 
     Raises:
         ValueError: for an unknown style.
     """
 
     def __init__(self, vocab_size: int, emb_size: int, hidden_size: int, attention: AttentionFactory,
-                 num_layers: int = 1, dropout: float = 0.3, style: str = "luong", pad_id: int = 0):
+                 num_layers: int = 1, dropout: float = 0.3, style: str = "luong", pad_id: int = 0,
+                 tie_embeddings: bool = False):
         super().__init__()
         if style not in ("luong", "bahdanau"):
             raise ValueError(f"decoder.style must be 'luong' or 'bahdanau', got {style!r}")
         self.style = style
         self.hidden_size = hidden_size
+        self.emb_size = emb_size
+        self.readout_size = emb_size if tie_embeddings else hidden_size  # R
         self.embed = nn.Embedding(vocab_size, emb_size, padding_idx=pad_id)
         self.dropout = nn.Dropout(dropout)
+        feed_size = self.readout_size if style == "luong" else hidden_size  # h̃_{t-1} or c_t
         self.cells = nn.ModuleList(
-            nn.GRUCell(emb_size + hidden_size if i == 0 else hidden_size, hidden_size) for i in range(num_layers)
+            nn.GRUCell(emb_size + feed_size if i == 0 else hidden_size, hidden_size) for i in range(num_layers)
         )
         self.attention = attention(query_size=hidden_size, key_size=hidden_size)
         if style == "luong":
-            self.combine = nn.Linear(2 * hidden_size, hidden_size, bias=False)  # W_c
+            self.combine = nn.Linear(2 * hidden_size, self.readout_size, bias=False)  # W_c
         else:
-            self.combine = nn.Linear(2 * hidden_size + emb_size, hidden_size)  # W_o
-        self.generator = nn.Linear(hidden_size, vocab_size)  # W_s
+            self.combine = nn.Linear(2 * hidden_size + emb_size, self.readout_size)  # W_o
+        self.generator = nn.Linear(self.readout_size, vocab_size)  # W_s
+        if tie_embeddings:
+            # N(0, 1/E) instead of nn.Embedding's N(0, 1): as W_s the embeddings set the scale of the logits
+            nn.init.normal_(self.embed.weight, std=emb_size**-0.5)
+            with torch.no_grad():
+                self.embed.weight[pad_id].zero_()
+            self.generator.weight = self.embed.weight
 
     def init_state(self, hidden: torch.Tensor) -> DecoderState:
         """Initial state from the encoder bridge ``[L, B, H]``; the input feed starts at zeros."""
-        feed = hidden.new_zeros(hidden.size(1), self.hidden_size if self.style == "luong" else 0)
+        feed = hidden.new_zeros(hidden.size(1), self.readout_size if self.style == "luong" else 0)
         return DecoderState(hidden, feed)
 
-    def _stack(self, x: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
-        """Run the GRU stack one step: x ``[B, in]``, hidden ``[L, B, H]`` -> new hidden ``[L, B, H]``."""
-        new = []
+    def _embed_gates(self, emb: torch.Tensor) -> torch.Tensor:
+        """The first GRU layer's input gates from the embeddings: ``[..., E]`` -> ``[..., 3H]`` (with b_ih)."""
+        cell = self.cells[0]
+        return F.linear(emb, cell.weight_ih[:, : self.emb_size], cell.bias_ih)
+
+    def _stack(self, emb_gates: torch.Tensor, feed: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        """Run the GRU stack one step (Cho et al. 2014, eqs. 5-8, PyTorch's gate layout r, z, n).
+
+        emb_gates ``[B, 3H]`` from :meth:`_embed_gates`; feed ``[B, F]`` the rest of the first layer's input;
+        hidden ``[L, B, H]`` -> new hidden ``[L, B, H]``.
+        """
+        new, x = [], None  # x: the input of layer i > 0, the previous layer's output after dropout
         for i, cell in enumerate(self.cells):
-            h = cell(x, hidden[i])  # [B, H]
+            if i == 0:
+                gi = emb_gates + F.linear(feed, cell.weight_ih[:, self.emb_size:])
+                h_prev = hidden[0]
+                gh = F.linear(h_prev, cell.weight_hh, cell.bias_hh)  # [B, 3H]
+                i_r, i_z, i_n = gi.chunk(3, dim=1)
+                h_r, h_z, h_n = gh.chunk(3, dim=1)
+                r = torch.sigmoid(i_r + h_r)
+                z = torch.sigmoid(i_z + h_z)
+                n = torch.tanh(i_n + r * h_n)
+                h = n + z * (h_prev - n)  # (1 - z) n + z h_{t-1}
+            else:
+                h = cell(x, hidden[i])  # [B, H]
             new.append(h)
             x = self.dropout(h)
         return torch.stack(new)
 
-    def _recur(self, emb: torch.Tensor, state: DecoderState, memory: Memory):
-        """One step up to (not including) the readout: emb ``[B, E]`` -> (features, state, weights ``[B, S]``)."""
+    def _recur(self, emb_gates: torch.Tensor, emb: torch.Tensor, state: DecoderState, memory: Memory):
+        """One step up to (not including) the readout: emb_gates ``[B, 3H]``, emb ``[B, E]`` ->
+        (features, state, weights ``[B, S]``)."""
         if self.style == "luong":
-            hidden = self._stack(torch.cat([emb, state.input_feed], dim=1), state.hidden)  # [L, B, H]
+            hidden = self._stack(emb_gates, state.input_feed, state.hidden)  # [L, B, H]
             context, weights = self.attention(hidden[-1], memory.keys, memory.mask, memory.prepared)
-            h_tilde = torch.tanh(self.combine(torch.cat([context, hidden[-1]], dim=1)))  # [B, H]
+            h_tilde = torch.tanh(self.combine(torch.cat([context, hidden[-1]], dim=1)))  # [B, R]
             return h_tilde, DecoderState(hidden, h_tilde), weights
         context, weights = self.attention(state.hidden[-1], memory.keys, memory.mask, memory.prepared)
-        hidden = self._stack(torch.cat([emb, context], dim=1), state.hidden)  # [L, B, H]
+        hidden = self._stack(emb_gates, context, state.hidden)  # [L, B, H]
         return torch.cat([hidden[-1], context, emb], dim=-1), DecoderState(hidden, state.input_feed), weights
 
     def _readout(self, features: torch.Tensor) -> torch.Tensor:
         """Features ``[..., F]`` -> logits ``[..., V]``."""
         if self.style == "bahdanau":
-            features = torch.tanh(self.combine(features))  # [..., H]
+            features = torch.tanh(self.combine(features))  # [..., R]
         return self.generator(self.dropout(features))
 
     def step(self, y_prev: torch.Tensor, state: DecoderState, memory: Memory):
@@ -171,7 +210,7 @@ class Decoder(nn.Module):
             logits ``[B, V]``, the new state, attention weights ``[B, S]``.
         """
         emb = self.dropout(self.embed(y_prev))  # [B, E]
-        features, state, weights = self._recur(emb, state, memory)
+        features, state, weights = self._recur(self._embed_gates(emb), emb, state, memory)
         return self._readout(features), state, weights
 
     def forward(self, tgt_in: torch.Tensor, state: DecoderState, memory: Memory):
@@ -184,9 +223,10 @@ class Decoder(nn.Module):
             logits ``[B, T, V]`` and attention weights ``[B, T, S]`` (row t is a_t, the alignment of output t).
         """
         emb = self.dropout(self.embed(tgt_in))  # [B, T, E]
+        emb_gates = self._embed_gates(emb)  # [B, T, 3H], one matrix product for all steps
         features, weights = [], []
         for t in range(tgt_in.size(1)):
-            f, state, w = self._recur(emb[:, t], state, memory)
+            f, state, w = self._recur(emb_gates[:, t], emb[:, t], state, memory)
             features.append(f)
             weights.append(w)
         # The readout and the output projection need no recurrence: one batched call over all steps.

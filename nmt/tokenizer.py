@@ -15,6 +15,7 @@ import io
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
 import sentencepiece as spm
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
@@ -82,6 +83,22 @@ def train_spm(
     return model_path
 
 
+def restrict_model_proto(model_proto: bytes, keep: Iterable[int]) -> bytes:
+    """A copy of a SentencePiece model in which every normal piece outside ``keep`` is marked unused, so that
+    (deterministic) encoding never produces it and segments such words into smaller kept pieces instead:
+    SentencePiece's vocabulary restriction (``spm_encode --vocabulary``), done on the model itself.
+    Needs ``protobuf`` (SentencePiece's model format)."""
+    from sentencepiece import sentencepiece_model_pb2 as pb  # protobuf, only needed here
+
+    model = pb.ModelProto()
+    model.ParseFromString(model_proto)
+    keep = set(keep)
+    for i, piece in enumerate(model.pieces):
+        if i not in keep and piece.type == pb.ModelProto.SentencePiece.NORMAL:
+            piece.type = pb.ModelProto.SentencePiece.UNUSED
+    return model.SerializeToString()
+
+
 class Tokenizer:
     """A trained SentencePiece model with this toolkit's conventions.
 
@@ -89,12 +106,17 @@ class Tokenizer:
     ids back into detokenized text, dropping special ids. Built from a ``.model`` file or from its bytes
     (checkpoints carry the bytes, so a checkpoint is self-contained).
 
+    With ``vocab`` (SentencePiece ids, see :meth:`restricted`) the tokenizer's ids are positions in that list:
+    a joint subword model can then give each side its own smaller vocabulary, the pieces that side actually
+    uses, which shrinks the target embedding and output layer (``tokenizer.restrict_vocab``). The special
+    ids stay 0-3 and byte pieces are always kept, so every text still round-trips.
+
     Raises:
         ValueError: if the model's special ids differ from the fixed ones above
-            (a SentencePiece model not trained by :func:`train_spm`).
+            (a SentencePiece model not trained by :func:`train_spm`), or ``vocab`` lacks a special id.
     """
 
-    def __init__(self, model_proto: bytes, name: str = "<bytes>"):
+    def __init__(self, model_proto: bytes, name: str = "<bytes>", vocab: Iterable[int] | None = None):
         self.name = name
         self.model_proto = bytes(model_proto)
         self.sp = spm.SentencePieceProcessor(model_proto=self.model_proto)
@@ -104,6 +126,16 @@ class Tokenizer:
                 f"sentencepiece model {name} has special ids pad/unk/bos/eos = {ids}, expected "
                 f"{(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}: train it with nmt.tokenizer.train_spm"
             )
+        self.vocab: list[int] | None = None
+        if vocab is not None:
+            self.vocab = sorted({int(i) for i in vocab})
+            if self.vocab[:4] != [PAD_ID, UNK_ID, BOS_ID, EOS_ID] or self.vocab[-1] >= self.sp.get_piece_size():
+                raise ValueError(f"{name}: a restricted vocabulary must hold the special ids 0-3 and ids of the "
+                                 f"model's {self.sp.get_piece_size()} pieces")
+            self.sp = spm.SentencePieceProcessor(model_proto=restrict_model_proto(self.model_proto, self.vocab))
+            self._to_spm = np.asarray(self.vocab, dtype=np.int64)
+            self._to_model = np.full(self.sp.get_piece_size(), UNK_ID, dtype=np.int64)
+            self._to_model[self._to_spm] = np.arange(len(self.vocab))
 
     @classmethod
     def load(cls, path: str | Path) -> Tokenizer:
@@ -113,27 +145,58 @@ class Tokenizer:
             raise FileNotFoundError(f"sentencepiece model not found: {path}")
         return cls(path.read_bytes(), name=str(path))
 
+    def restricted(self, texts: Iterable[str]) -> Tokenizer:
+        """This model with the vocabulary restricted to the pieces ``texts`` use, plus the special ids and every
+        byte piece (so unseen characters still round-trip)."""
+        used = {PAD_ID, UNK_ID, BOS_ID, EOS_ID}
+        used.update(i for i in range(self.sp.get_piece_size()) if self.sp.is_byte(i))
+        for ids in self.sp.encode([t for t in texts if t.strip()]):
+            used.update(ids)
+        return Tokenizer(self.model_proto, self.name, vocab=used)
+
     def __len__(self) -> int:
-        return self.sp.get_piece_size()
+        return len(self.vocab) if self.vocab is not None else self.sp.get_piece_size()
+
+    def _model_ids(self, ids: list[int]) -> list[int]:
+        return ids if self.vocab is None else self._to_model[ids].tolist()
+
+    def _spm_ids(self, ids: Iterable[int]) -> list[int]:
+        ids = [int(i) for i in ids]
+        return ids if self.vocab is None else self._to_spm[ids].tolist()
 
     def encode(self, text: str, add_bos: bool = False, sample_alpha: float = 0.0) -> list[int]:
         """Text -> ids ``[len]`` ending in EOS. ``sample_alpha > 0`` samples a segmentation (subword
         regularization, Kudo 2018) instead of the best one."""
-        if sample_alpha > 0:
-            ids = self.sp.encode(text, enable_sampling=True, alpha=sample_alpha, nbest_size=-1)
-        else:
-            ids = self.sp.encode(text)
-        return ([BOS_ID] if add_bos else []) + ids + [EOS_ID]
+        return self.encode_batch([text], add_bos, sample_alpha)[0]
 
-    def encode_batch(self, texts: list[str], add_bos: bool = False) -> list[list[int]]:
-        """Many texts at once (SentencePiece's threaded batch encode); each list ends in EOS."""
+    def encode_batch(self, texts: list[str], add_bos: bool = False, sample_alpha: float = 0.0) -> list[list[int]]:
+        """Many texts at once (SentencePiece's threaded batch encode); each list ends in EOS.
+
+        ``sample_alpha > 0`` samples segmentations (subword regularization, Kudo 2018; BPE-dropout with
+        probability alpha for BPE models, Provilkov et al. 2020) in one thread, so that
+        ``spm.set_random_generator_seed`` makes the result reproducible.
+
+        Raises:
+            ValueError: for sampling with a restricted vocabulary (SentencePiece's sampling ignores it).
+        """
         head = [BOS_ID] if add_bos else []
-        return [head + ids + [EOS_ID] for ids in self.sp.encode(texts)]
+        if sample_alpha > 0:
+            if self.vocab is not None:
+                raise ValueError("subword sampling (tokenizer.sample_alpha > 0) cannot be combined with a restricted "
+                                 "vocabulary: set tokenizer.restrict_vocab=false")
+            encoded = self.sp.encode(texts, enable_sampling=True, alpha=sample_alpha, nbest_size=-1, num_threads=1)
+        else:
+            encoded = self.sp.encode(texts)
+        return [head + self._model_ids(ids) + [EOS_ID] for ids in encoded]
 
     def decode(self, ids: Iterable[int]) -> str:
         """Ids -> detokenized text; pad/bos/eos ids are dropped, byte pieces are joined into characters."""
-        return self.sp.decode([i for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)])
+        return self.sp.decode(self._spm_ids(i for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)))
 
     def pieces(self, ids: Iterable[int]) -> list[str]:
         """Ids -> piece strings (``"▁Ein"``, ``"</s>"``), the labels used for alignment matrices and plots."""
-        return [self.sp.id_to_piece(int(i)) for i in ids]
+        return [self.sp.id_to_piece(i) for i in self._spm_ids(ids)]
+
+    def piece_to_id(self, piece: str) -> int:
+        """A piece string -> this tokenizer's id (UNK_ID for a piece outside a restricted vocabulary)."""
+        return self._model_ids([self.sp.piece_to_id(piece)])[0]

@@ -16,11 +16,13 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import sentencepiece as spm
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
 from nmt import checkpoint
+from nmt.average import average_checkpoints, select_checkpoints
 from nmt.data import Parallel, encode_pairs, iterate_batches, load_splits
 from nmt.evaluate import save_results, score, translate
 from nmt.plot import plot_npz
@@ -43,7 +45,8 @@ class Progress:
 
 
 def prepare_tokenizers(tok_cfg, train: Parallel, spm_dir: Path) -> tuple[Tokenizer, Tokenizer]:
-    """Train SentencePiece on the training split (joint or one per side), or reuse models already in ``spm_dir``."""
+    """Train SentencePiece on the training split (joint or one per side), or reuse models already in ``spm_dir``;
+    with ``restrict_vocab`` each side keeps only the pieces its training text uses (the checkpoint stores the lists)."""
     names = ["joint", "joint"] if tok_cfg.joint else ["src", "tgt"]
     texts = {"joint": train.src + train.tgt, "src": train.src, "tgt": train.tgt}
     for name in set(names):
@@ -53,7 +56,12 @@ def prepare_tokenizers(tok_cfg, train: Parallel, spm_dir: Path) -> tuple[Tokeniz
                      tok_cfg.vocab_size, len(texts[name]))
             train_spm(texts[name], path, tok_cfg.vocab_size, tok_cfg.model_type,
                       byte_fallback=tok_cfg.byte_fallback)
-    return Tokenizer.load(spm_dir / f"{names[0]}.model"), Tokenizer.load(spm_dir / f"{names[1]}.model")
+    src_tok, tgt_tok = Tokenizer.load(spm_dir / f"{names[0]}.model"), Tokenizer.load(spm_dir / f"{names[1]}.model")
+    if tok_cfg.get("restrict_vocab"):
+        src_tok, tgt_tok = src_tok.restricted(train.src), tgt_tok.restricted(train.tgt)
+        log.info("vocabularies restricted to the pieces each side uses: source %d, target %d", len(src_tok),
+                 len(tgt_tok))
+    return src_tok, tgt_tok
 
 
 def loss_fn(logits: torch.Tensor, tgt_out: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
@@ -77,8 +85,9 @@ def validation_loss(model, pairs, batch_tokens: int, device) -> float:
 
 
 def make_optimizer(model, cfg):
-    """Adam and the configured learning-rate schedule (``plateau``: halve on no BLEU gain; ``constant``)."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr)
+    """Adam (PyTorch's fused kernel: one pass over all parameters) and the configured learning-rate schedule
+    (``plateau``: multiply by lr_factor on no validation-BLEU gain; ``constant``)."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, fused=True)
     if cfg.train.lr_scheduler == "plateau":
         scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
             optimizer, mode="max", factor=cfg.train.lr_factor, patience=cfg.train.lr_patience,
@@ -117,6 +126,14 @@ def train(cfg, run_dir: str | Path) -> dict:
         src_tok, tgt_tok = prepare_tokenizers(cfg.tokenizer, splits["train"], run_dir / "spm")
         model = checkpoint.build_model(cfg, len(src_tok), len(tgt_tok)).to(device)
     train_pairs = encode_pairs(splits["train"], src_tok, tgt_tok, data_cfg.max_len)
+    alpha = cfg.tokenizer.get("sample_alpha") or 0.0
+
+    def epoch_pairs(epoch: int):
+        """The training pairs of one epoch: fixed, or freshly sampled segmentations (seeded by epoch)."""
+        if not alpha:
+            return train_pairs
+        spm.set_random_generator_seed(cfg.seed + epoch)
+        return encode_pairs(splits["train"], src_tok, tgt_tok, data_cfg.max_len, sample_alpha=alpha, quiet=True)
     valid_pairs = encode_pairs(splits["valid"], src_tok, tgt_tok)
     log.info("model: %.2fM parameters, attention=%s, decoder=%s, device=%s; %d training pairs",
              sum(p.numel() for p in model.parameters()) / 1e6, type(model.decoder.attention).__name__,
@@ -131,13 +148,13 @@ def train(cfg, run_dir: str | Path) -> dict:
         torch.set_rng_state(payload["rng"]["torch"].cpu())
         log.info("resumed at step %d (epoch %d, batch %d of that epoch)", progress.step, progress.epoch,
                  progress.batch_in_epoch)
-    stop = train_loop(cfg, model, optimizer, scheduler, train_pairs, valid_pairs, splits["valid"],
+    stop = train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, splits["valid"],
                       (src_tok, tgt_tok), run_dir, device, progress)
     results = {"valid_bleu": progress.best_bleu, "steps": progress.step,
                "train_minutes": progress.train_seconds / 60, "run_dir": str(run_dir), "stopped": stop}
     if stop.startswith("interrupted"):
         return {**results, "interrupted": True}
-    results.update(final_evaluation(cfg, splits, run_dir, device))
+    results.update(final_evaluation(cfg, splits, run_dir, device, progress.best_bleu))
     log.info("final: %s", json.dumps(results))
     return results
 
@@ -200,11 +217,12 @@ def train_step(model, optimizer, batch, t) -> tuple[float, int]:
     return float(loss.detach()), ntok
 
 
-def train_loop(cfg, model, optimizer, scheduler, train_pairs, valid_pairs, valid: Parallel, toks, run_dir, device,
+def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid: Parallel, toks, run_dir, device,
                progress: Progress) -> str:
     """Update until max_steps / max_epochs / max_minutes / early stopping / a signal; validate every
     ``valid_every`` steps and at the stop. Batches of epoch e come from seed ``cfg.seed + e``, so a resumed
-    run skips the batches already seen and continues with the same order. Returns why it stopped."""
+    run skips the batches already seen and continues with the same order. ``epoch_pairs(epoch)`` gives the
+    encoded training pairs of an epoch. Returns why it stopped."""
     t = cfg.train
     start = time.monotonic() - progress.train_seconds
     window = {"tokens": 0, "loss": 0.0, "steps": 0, "start": time.monotonic()}
@@ -223,7 +241,7 @@ def train_loop(cfg, model, optimizer, scheduler, train_pairs, valid_pairs, valid
 
     with stop_on_signals() as flag:
         while True:
-            for batch in iterate_batches(train_pairs, t.batch_tokens, shuffle=True, seed=cfg.seed + progress.epoch,
+            for batch in iterate_batches(epoch_pairs(progress.epoch), t.batch_tokens, shuffle=True, seed=cfg.seed + progress.epoch,
                                          skip=progress.batch_in_epoch):
                 loss, ntok = train_step(model, optimizer, batch.to(device), t)
                 progress.step += 1
@@ -307,15 +325,50 @@ def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, tok
     save_state(run_dir / "checkpoints" / "last.pt", cfg, model, optimizer, scheduler, toks, progress)
     if improved:
         save_state(run_dir / "checkpoints" / "best.pt", cfg, model, optimizer, scheduler, toks, progress)
+    if cfg.train.get("keep_best"):
+        keep_step_checkpoint(cfg, model, toks, run_dir, progress)
     if cfg.train.patience and progress.bad_validations >= cfg.train.patience:
         return f"no validation BLEU gain in {cfg.train.patience} validations (early stopping)"
     return None
 
 
-def final_evaluation(cfg, splits: dict[str, Parallel], run_dir: Path, device) -> dict:
-    """Decode valid and test with the best checkpoint, greedy and the configured decoder; write eval/ and plots/."""
-    model, _, src_tok, tgt_tok, _ = checkpoint.load(run_dir / "checkpoints" / "best.pt", device)
-    results = {}
+def keep_step_checkpoint(cfg, model, toks, run_dir: Path, progress: Progress) -> None:
+    """Save weights-only ``checkpoints/step_N.pt`` and delete the step checkpoints that are no longer among the
+    ``train.keep_best`` best by validation BLEU (the inputs of checkpoint averaging)."""
+    ckpt_dir = run_dir / "checkpoints"
+    checkpoint.save(ckpt_dir / f"step_{progress.step}.pt", model, cfg, *toks, progress=asdict(progress))
+    keep = set(select_checkpoints(run_dir, best=cfg.train.keep_best))
+    for path in ckpt_dir.glob("step_*.pt"):
+        if path not in keep:
+            path.unlink()
+
+
+def final_checkpoint(cfg, valid: Parallel, run_dir: Path, device, best_bleu: float) -> tuple[Path, dict]:
+    """The checkpoint to evaluate: ``best.pt``, or with ``train.average`` the mean of the kept step checkpoints
+    (``averaged.pt``) when its greedy validation BLEU is at least best.pt's. Returns (path, facts to report)."""
+    best = run_dir / "checkpoints" / "best.pt"
+    if not (cfg.train.get("average") and cfg.train.get("keep_best", 0) > 1):
+        return best, {}
+    paths = select_checkpoints(run_dir, best=cfg.train.keep_best)
+    if len(paths) < 2:
+        return best, {}
+    averaged = run_dir / "checkpoints" / "averaged.pt"
+    average_checkpoints(paths, averaged)
+    model, _, src_tok, tgt_tok, _ = checkpoint.load(averaged, device)
+    hyps = translate(model, src_tok, tgt_tok, valid.src, cfg.decode, device, beam_size=1)
+    bleu = score([h.text for h in hyps], valid.tgt)["bleu"]
+    use = bleu >= best_bleu
+    log.info("average of %d checkpoints (%s): valid BLEU %.2f vs best.pt %.2f: evaluating %s", len(paths),
+             ", ".join(p.stem for p in paths), bleu, best_bleu, averaged.name if use else best.name)
+    return (averaged if use else best), {"averaged_valid_bleu": bleu, "averaged_steps": [p.stem for p in paths]}
+
+
+def final_evaluation(cfg, splits: dict[str, Parallel], run_dir: Path, device, best_bleu: float = -1.0) -> dict:
+    """Decode valid and test with the final checkpoint (best or averaged), greedy and the configured decoder;
+    write eval/ and plots/."""
+    path, results = final_checkpoint(cfg, splits["valid"], run_dir, device, best_bleu)
+    results["final_checkpoint"] = path.name
+    model, _, src_tok, tgt_tok, _ = checkpoint.load(path, device)
     decoders = {"greedy": 1} if cfg.decode.beam_size == 1 else {"greedy": 1, f"beam{cfg.decode.beam_size}": None}
     for split in ("valid", "test"):
         if split not in splits:
@@ -325,11 +378,12 @@ def final_evaluation(cfg, splits: dict[str, Parallel], run_dir: Path, device) ->
             scores = score([h.text for h in hyps], splits[split].tgt)
             scores.update(beam_size=beam_size or cfg.decode.beam_size, length_penalty=cfg.decode.length_penalty,
                           attention=cfg.attention._target_.rsplit(".", 1)[-1], decoder_style=cfg.decoder.style,
-                          checkpoint=str(run_dir / "checkpoints" / "best.pt"), split=split, decoder=name)
+                          checkpoint=str(path), split=split, decoder=name)
             main = name != "greedy" or len(decoders) == 1
             out = run_dir / "eval" / ("" if main else "greedy") / split
             save_results(out, hyps, scores)
             results[f"{split}_{name}_bleu"], results[f"{split}_{name}_chrf"] = scores["bleu"], scores["chrf"]
+            results[f"{split}_{name}_bleu_lowercase"] = scores["bleu_lowercase"]
             results.setdefault("bleu_signature", scores["bleu_signature"])
             log.info("%s %s: %s", split, name, scores["bleu_detail"])
     if cfg.eval.plots and "test" in splits:

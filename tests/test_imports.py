@@ -25,7 +25,8 @@ ALLOWED = {
     "search": {"model"},
     "checkpoint": {"model", "textio", "tokenizer"},
     "evaluate": {"alignment", "data", "search", "textio", "tokenizer"},
-    "training": {"checkpoint", "data", "evaluate", "plot", "tokenizer"},
+    "training": {"average", "checkpoint", "data", "evaluate", "plot", "tokenizer"},
+    "average": {"checkpoint"},
     "align": {"alignment", "checkpoint", "data", "evaluate", "search", "textio", "tokenizer"},
 }
 CONFIG_LIBRARIES = {"hydra", "omegaconf"}
@@ -36,7 +37,7 @@ LEAF_THIRD_PARTY = {
     "attention": {"torch"},
     "plot": {"matplotlib", "numpy"},
     "textio": set(),
-    "tokenizer": {"sentencepiece"},
+    "tokenizer": {"numpy", "sentencepiece"},
 }
 
 

@@ -21,8 +21,8 @@ import pytest
 import sacrebleu
 import torch
 
+from nmt import checkpoint
 from nmt.alignment import words_from_pieces
-from nmt.tokenizer import Tokenizer
 
 EVAL_LIMIT = 100
 MAX_STEPS, VALID_EVERY, BEAM = 150, 50, 3
@@ -87,8 +87,19 @@ def references(multi30k_dir):
 
 
 @pytest.fixture(scope="module")
-def tok(run_dir):
-    return Tokenizer.load(run_dir / "spm" / "joint.model")
+def final_checkpoint(run_dir):
+    """The checkpoint final evaluation used: best.pt, or averaged.pt when averaging did not lose validation BLEU."""
+    path = json.loads((run_dir / "eval" / "test.scores.json").read_text(encoding="utf-8"))["checkpoint"]
+    assert path.endswith(("best.pt", "averaged.pt"))
+    return path
+
+
+@pytest.fixture(scope="module")
+def toks(run_dir):
+    """Source and target tokenizers as the checkpoint stores them (each side's restricted vocabulary)."""
+    _, _, src_tok, tgt_tok, _ = checkpoint.load(run_dir / "checkpoints" / "best.pt")
+    assert src_tok.model_proto == tgt_tok.model_proto == (run_dir / "spm" / "joint.model").read_bytes()
+    return src_tok, tgt_tok
 
 
 def test_run_layout(run_dir):
@@ -121,12 +132,18 @@ def test_checkpoints(run_dir):
     assert last["config"]["data"]["dir"].endswith("multi30k") and "${" not in json.dumps(last["config"])
     spm_bytes = (run_dir / "spm" / "joint.model").read_bytes()
     assert last["spm"]["src"].numpy().tobytes() == spm_bytes == last["spm"]["tgt"].numpy().tobytes()
-    assert last["model"]["decoder.generator.weight"].shape == (1000, 128)
+    target_vocab = last["spm"]["tgt_vocab"]  # tokenizer.restrict_vocab: the pieces English uses
+    assert 300 < len(target_vocab) < 1000 and len(last["spm"]["src_vocab"]) < 1000
+    assert last["model"]["decoder.generator.weight"].shape == (len(target_vocab), 64)  # tied: W_s = embeddings
+    assert torch.equal(last["model"]["decoder.generator.weight"], last["model"]["decoder.embed.weight"])
+    kept = sorted((run_dir / "checkpoints").glob("step_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
+    assert [p.name for p in kept] == [f"step_{s}.pt" for s in range(VALID_EVERY, MAX_STEPS + 1, VALID_EVERY)]
 
 
 @pytest.mark.parametrize("split", ["valid", "test"])
 @pytest.mark.parametrize("folder", list(EVAL_DIRS))
-def test_eval_artifacts(run_dir, references, tok, folder, split):
+def test_eval_artifacts(run_dir, references, toks, final_checkpoint, folder, split):
+    src_tok, tgt_tok = toks
     prefix = run_dir / folder / split
     hyps = read_text_lines(prefix.with_name(f"{split}.hyp"))
     assert len(hyps) == len(references[split]["tgt"]) == EVAL_LIMIT
@@ -136,9 +153,12 @@ def test_eval_artifacts(run_dir, references, tok, folder, split):
     assert scores["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [references[split]["tgt"]]).score, abs=0.01)
     assert scores["bleu_signature"].startswith("nrefs:1|case:mixed|") and "tok:13a" in scores["bleu_signature"]
     assert scores["chrf_signature"].startswith("nrefs:1|case:mixed|")
+    lowercased = sacrebleu.corpus_bleu(hyps, [references[split]["tgt"]], lowercase=True).score
+    assert scores["bleu_lowercase"] == pytest.approx(lowercased, abs=0.01) and scores["bleu_lowercase"] >= scores["bleu"]
+    assert scores["bleu_lowercase_signature"].startswith("nrefs:1|case:lc|")
     assert scores["num_sentences"] == EVAL_LIMIT and scores["beam_size"] == EVAL_DIRS[folder]
     assert (scores["attention"], scores["decoder_style"]) == ("Additive", "luong")
-    assert scores["checkpoint"].endswith("best.pt")
+    assert scores["checkpoint"] == final_checkpoint
 
     arrays, records = load_alignments(prefix.with_name(f"{split}.alignments.npz"))
     assert sorted(arrays, key=int) == [str(i) for i in range(EVAL_LIMIT)]
@@ -147,9 +167,9 @@ def test_eval_artifacts(run_dir, references, tok, folder, split):
     assert len(aligns) == EVAL_LIMIT
     for i, (record, hyp, align) in enumerate(zip(records, hyps, aligns)):
         src_tokens, hyp_tokens = record["source_tokens"], record["hypothesis_tokens"]
-        assert src_tokens == tok.pieces(tok.encode(references[split]["src"][i]))
+        assert src_tokens == src_tok.pieces(src_tok.encode(references[split]["src"][i]))
         assert hyp_tokens[-1] == "</s>" and "</s>" not in hyp_tokens[:-1]
-        assert tok.decode(tok.sp.piece_to_id(hyp_tokens)) == hyp
+        assert tgt_tok.decode([tgt_tok.piece_to_id(p) for p in hyp_tokens]) == hyp
         matrix = arrays[str(i)]
         assert matrix.dtype == np.float32 and matrix.shape == (len(hyp_tokens), len(src_tokens))
         np.testing.assert_allclose(matrix.sum(axis=1), 1.0, atol=1e-4)  # global attention
@@ -167,7 +187,7 @@ def test_plots(run_dir):
     assert all(p.read_bytes()[:8] == PNG_MAGIC for p in pngs)
 
 
-def test_translate_file(run_dir, references, repo_root, tmp_path):
+def test_translate_file(run_dir, references, repo_root, final_checkpoint, tmp_path):
     """Empty, whitespace-only and CRLF lines: one output line per input line; the rest is exactly what
     final evaluation produced with the same checkpoint and decoder (blank lines do not change the batches)."""
     sources = references["test"]["src"]
@@ -182,7 +202,7 @@ def test_translate_file(run_dir, references, repo_root, tmp_path):
     source_file = tmp_path / "in.de"
     source_file.write_bytes("".join(line + "\r\n" for line in lines).encode("utf-8"))
     out, npz = tmp_path / "out" / "in.en", tmp_path / "out" / "in.alignments.npz"
-    run(["translate.py", f"checkpoint={run_dir / 'checkpoints' / 'best.pt'}", f"input={source_file}",
+    run(["translate.py", f"checkpoint={final_checkpoint}", f"input={source_file}",
          f"output={out}", f"beam_size={BEAM}", f"alignments={npz}", f"plots={tmp_path / 'plots'}", "plot_first=3",
          "device=cpu"], cwd=repo_root)
 
@@ -207,13 +227,13 @@ def test_translate_file(run_dir, references, repo_root, tmp_path):
     assert sorted(p.name for p in (tmp_path / "plots").glob("*.png")) == ["in_0.png", "in_2.png"]  # 1 is blank
 
 
-def test_translate_stdin_stdout(run_dir, references, repo_root, tmp_path):
+def test_translate_stdin_stdout(run_dir, references, repo_root, final_checkpoint, tmp_path):
     """input=- / output=-: stdout carries the translations and nothing else; greedy == eval/greedy."""
     reference = tmp_path / "ref.en"
     reference.write_text("".join(line + "\n" for line in references["test"]["tgt"]), encoding="utf-8")
     stdin = "".join(line + "\n" for line in references["test"]["src"]).encode("utf-8")
     # run from another folder with relative paths: they resolve against the cwd, and nothing else lands there
-    proc = run([str(repo_root / "translate.py"), f"checkpoint={run_dir / 'checkpoints' / 'best.pt'}", "input=-",
+    proc = run([str(repo_root / "translate.py"), f"checkpoint={final_checkpoint}", "input=-",
                 "output=-", "beam_size=1", "alignments=stdin.alignments.npz", "reference=ref.en", "device=cpu"],
                cwd=tmp_path, stdin=stdin)
     expected = (run_dir / "eval" / "greedy" / "test.hyp").read_bytes()

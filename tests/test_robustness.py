@@ -139,6 +139,10 @@ def test_checkpoint_with_wrong_or_broken_sentencepiece_model_says_so(tiny_run, t
     payload = torch.load(tiny_run / "checkpoints" / "best.pt", weights_only=True)
     other = train_spm(["ein kleiner Hund läuft schnell über die Wiese"] * 50, tmp_path / "other.model", vocab_size=290)
     payload["spm"]["tgt"] = bytes_tensor(other.read_bytes())
+    torch.save(payload, tmp_path / "foreign.pt")  # its restricted target vocabulary names ids the model lacks
+    with pytest.raises(CheckpointError, match=r"foreign\.pt.*unusable.*restricted vocabulary"):
+        checkpoint.load(tmp_path / "foreign.pt")
+    del payload["spm"]["tgt_vocab"]
     torch.save(payload, tmp_path / "mismatch.pt")
     with pytest.raises(CheckpointError, match=r"mismatch\.pt.*sentencepiece vocabularies"):
         checkpoint.load(tmp_path / "mismatch.pt")

@@ -99,3 +99,53 @@ def test_model_bytes_round_trip(tokenizer, spm_model):
     text = "Zwei junge Männer spielen Fußball."
     assert copy.encode(text) == tokenizer.encode(text)
     assert copy.model_proto == tokenizer.model_proto
+
+
+def test_subword_sampling_round_trips_varies_and_is_seeded(tokenizer, small_splits):
+    """Subword regularization (tokenizer.sample_alpha): other segmentations of the same text, reproducible
+    with SentencePiece's seed."""
+    texts = small_splits["train"].src[:200]
+    best = tokenizer.encode_batch(texts)
+    spm.set_random_generator_seed(7)
+    first = tokenizer.encode_batch(texts, sample_alpha=0.1)
+    spm.set_random_generator_seed(7)
+    again = tokenizer.encode_batch(texts, sample_alpha=0.1)
+    assert first == again
+    assert [tokenizer.decode(ids) for ids in first] == [" ".join(t.split()) for t in texts]
+    assert all(ids[-1] == EOS_ID for ids in first)
+    changed = sum(a != b for a, b in zip(first, best))
+    assert changed > 50, f"only {changed} of 200 sentences got another segmentation"
+    assert sum(map(len, first)) > sum(map(len, best))
+
+
+def test_restricted_vocabulary_keeps_round_trips_and_only_used_pieces(tokenizer, small_splits):
+    """tokenizer.restrict_vocab: the target side of a joint model keeps the pieces English uses; German text then
+    segments into kept pieces only, decodes back unchanged, and unseen characters still use byte pieces."""
+    english, german = small_splits["train"].tgt, small_splits["train"].src
+    target = tokenizer.restricted(english)
+    assert 300 < len(target) < len(tokenizer)
+    assert target.encode_batch(english[:500]) == [
+        [target.piece_to_id(p) for p in tokenizer.pieces(ids)] for ids in tokenizer.encode_batch(english[:500])
+    ]
+    for text in german[:200] + ["Übergrößenträger 中文 ok"]:
+        ids = target.encode(text)
+        assert max(ids) < len(target) and UNK_ID not in ids
+        assert target.decode(ids) == " ".join(text.split())
+    assert target.pieces(target.encode("a dog")) == tokenizer.pieces(tokenizer.encode("a dog"))
+    assert target.piece_to_id("<0xC3>") != UNK_ID
+    with pytest.raises(ValueError, match="restrict_vocab=false"):
+        target.encode_batch(["a dog"], sample_alpha=0.1)
+    with pytest.raises(ValueError, match="special ids"):
+        Tokenizer(tokenizer.model_proto, vocab=[0, 1, 2, 10])
+
+
+def test_restricted_vocabulary_travels_in_checkpoints(tokenizer, small_splits, compose_cfg, tmp_path):
+    from nmt import checkpoint
+
+    src_tok, tgt_tok = tokenizer.restricted(small_splits["train"].src), tokenizer.restricted(small_splits["train"].tgt)
+    cfg = compose_cfg(["model.emb_size=8", "model.hidden_size=12", "device=cpu"])
+    model = checkpoint.build_model(cfg, len(src_tok), len(tgt_tok))
+    checkpoint.save(tmp_path / "m.pt", model, cfg, src_tok, tgt_tok)
+    _, _, src2, tgt2, _ = checkpoint.load(tmp_path / "m.pt")
+    assert (src2.vocab, tgt2.vocab) == (src_tok.vocab, tgt_tok.vocab)
+    assert tgt2.encode("Two dogs play.") == tgt_tok.encode("Two dogs play.")

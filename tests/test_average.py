@@ -1,0 +1,101 @@
+"""Checkpoint averaging (nmt.average) and its use at the end of training (train.keep_best / train.average)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from nmt import checkpoint
+from nmt.average import average_checkpoints, average_state_dicts, main, select_checkpoints
+from nmt.checkpoint import CheckpointError
+from nmt.tokenizer import Tokenizer
+from nmt.training import train
+
+SMALL = ["model.emb_size=8", "model.hidden_size=12", "device=cpu"]
+
+
+@pytest.fixture()
+def three_checkpoints(compose_cfg, tokenizer, tmp_path):
+    """Three checkpoints of one architecture with different random weights, and their state dicts."""
+    cfg = compose_cfg(SMALL)
+    paths, states = [], []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        model = checkpoint.build_model(cfg, len(tokenizer), len(tokenizer))
+        path = tmp_path / "checkpoints" / f"step_{(seed + 1) * 10}.pt"
+        checkpoint.save(path, model, cfg, tokenizer, tokenizer, progress={"step": (seed + 1) * 10})
+        paths.append(path)
+        states.append({k: v.clone() for k, v in model.state_dict().items()})
+    return cfg, paths, states
+
+
+def test_average_is_the_elementwise_mean_and_loads(three_checkpoints, tmp_path):
+    _, paths, states = three_checkpoints
+    out = tmp_path / "averaged.pt"
+    average_checkpoints(paths, out)
+    model, _, src_tok, _, payload = checkpoint.load(out)
+    for key, value in model.state_dict().items():
+        expected = (states[0][key] + states[1][key] + states[2][key]) / 3
+        torch.testing.assert_close(value, expected, rtol=1e-6, atol=1e-7)
+    assert payload["averaged"]["steps"] == [10, 20, 30]
+    assert not payload.get("optimizer")
+    assert isinstance(src_tok, Tokenizer)
+
+
+def test_averaging_one_checkpoint_gives_it_back(three_checkpoints, tmp_path):
+    _, paths, states = three_checkpoints
+    averaged = average_state_dicts([torch.load(paths[1], weights_only=True)["model"]], [str(paths[1])])
+    for key, value in states[1].items():
+        assert torch.equal(averaged[key], value)
+
+
+def test_different_architectures_are_refused_by_name(three_checkpoints, compose_cfg, tokenizer, tmp_path):
+    _, paths, _ = three_checkpoints
+    other = tmp_path / "other.pt"
+    cfg = compose_cfg(["model.emb_size=8", "model.hidden_size=16", "device=cpu"])
+    checkpoint.save(other, checkpoint.build_model(cfg, len(tokenizer), len(tokenizer)), cfg, tokenizer, tokenizer)
+    with pytest.raises(CheckpointError, match="other.pt.*shape"):
+        average_checkpoints([paths[0], other], tmp_path / "out.pt")
+    assert not (tmp_path / "out.pt").exists()
+    with pytest.raises(CheckpointError, match="no checkpoints"):
+        average_state_dicts([], [])
+
+
+def test_select_best_by_validation_bleu_and_last_by_step(three_checkpoints, tmp_path):
+    assert len(three_checkpoints[1]) == 3  # step_10, step_20, step_30 in tmp_path/checkpoints
+    records = [{"step": 10, "valid_bleu": 5.0}, {"step": 20, "valid_bleu": 7.5}, {"step": 30, "valid_bleu": 6.0}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert [p.name for p in select_checkpoints(tmp_path, best=2)] == ["step_20.pt", "step_30.pt"]
+    assert [p.name for p in select_checkpoints(tmp_path, last=2)] == ["step_20.pt", "step_30.pt"]
+    assert [p.name for p in select_checkpoints(tmp_path, best=1)] == ["step_20.pt"]
+    with pytest.raises(FileNotFoundError, match="keep_best"):
+        select_checkpoints(tmp_path / "checkpoints")
+
+
+def test_command_line(three_checkpoints, tmp_path, capsys):
+    _, paths, states = three_checkpoints
+    assert main([str(p) for p in paths[:2]] + ["--out", str(tmp_path / "a.pt")]) == 0
+    payload = torch.load(tmp_path / "a.pt", weights_only=True)
+    key = "decoder.cells.0.weight_hh"
+    torch.testing.assert_close(payload["model"][key], (states[0][key] + states[1][key]) / 2)
+    assert main([str(tmp_path / "missing.pt"), "--out", str(tmp_path / "b.pt")]) == 1
+    assert "missing.pt" in capsys.readouterr().err
+
+
+def test_training_keeps_the_k_best_and_evaluates_the_average_when_it_is_no_worse(compose_cfg, tmp_path):
+    cfg = compose_cfg(["data.train_limit=600", "data.eval_limit=20", "tokenizer.vocab_size=600",
+                       "model.emb_size=16", "model.hidden_size=32", "train.batch_tokens=200", "train.max_steps=40",
+                       "train.valid_every=10", "train.keep_best=2", "train.average=true", "decode.beam_size=2",
+                       "eval.plots=0", "device=cpu"])
+    results = train(cfg, tmp_path)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    ranked = sorted(records, key=lambda r: (r["valid_bleu"], r["step"]), reverse=True)[:2]
+    kept = sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*.pt"))
+    assert kept == sorted(f"step_{r['step']}.pt" for r in ranked)
+    assert (tmp_path / "checkpoints" / "averaged.pt").is_file()
+    expected = "averaged.pt" if results["averaged_valid_bleu"] >= results["valid_bleu"] else "best.pt"
+    assert results["final_checkpoint"] == expected
+    scores = json.loads((tmp_path / "eval" / "test.scores.json").read_text())
+    assert scores["checkpoint"].endswith(expected)
