@@ -129,8 +129,9 @@ class Additive(Attention):
         return self.U_a(keys)  # [B, S, A]
 
     def score(self, query, prepared):
-        energy = torch.tanh(prepared + self.W_a(query).unsqueeze(1))  # [B, S, A]
-        return self.v_a(energy).squeeze(2)  # [B, S]
+        energy = prepared + self.W_a(query).unsqueeze(1)  # [B, S, A]
+        energy = torch.tanh(energy) if torch.is_grad_enabled() else energy.tanh_()  # in place when decoding
+        return torch.matmul(energy, self.v_a.weight.squeeze(0))  # [B, S]
 
 
 SCORES = {"dot": Dot, "general": General, "additive": Additive}

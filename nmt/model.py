@@ -47,6 +47,54 @@ class DecoderState(NamedTuple):
         return DecoderState(self.hidden.index_select(1, index), self.input_feed.index_select(0, index))
 
 
+class _StepLinear(torch.autograd.Function):
+    """``F.linear`` for one step of a recurrence, whose weight (and bias) gradient is left to the last backward
+    call of the sequence: it is then one matrix product over all steps, ``Gᵀ X`` with T·B rows, instead of T
+    products with B rows each (which a CPU runs at a fraction of its GEMM rate). The input gradient is computed
+    at every step as usual. ``bank`` collects the inputs and output gradients of the steps."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, bank):
+        ctx.save_for_backward(x, weight)
+        ctx.bank, ctx.has_bias = bank, bias is not None
+        bank["calls"] += 1
+        return F.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        bank = ctx.bank
+        bank["x"].append(x)
+        bank["grad"].append(grad)
+        grad_x = grad @ weight if ctx.needs_input_grad[0] else None
+        if len(bank["grad"]) < bank["calls"]:  # later steps come first in backward: wait for step 0
+            return grad_x, None, None, None
+        xs, grads = torch.cat(bank["x"]), torch.cat(bank["grad"])
+        bank["x"].clear(), bank["grad"].clear()
+        return grad_x, grads.t() @ xs, grads.sum(0) if ctx.has_bias else None, None
+
+
+class StepLinears:
+    """Per-sequence linear maps for the decoder loop (:class:`_StepLinear`): ``linears(name, x, W, b)``.
+
+    One instance serves one teacher-forced forward pass; every step must reach the loss (they do: each step's
+    output feeds the readout). With ``deferred=False`` (search, validation, no autograd) it is plain ``F.linear``.
+    """
+
+    def __init__(self, deferred: bool):
+        self.deferred = deferred
+        self.banks: dict[str, dict] = {}
+
+    def __call__(self, name: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None):
+        if not self.deferred:
+            return F.linear(x, weight, bias)
+        bank = self.banks.setdefault(name, {"calls": 0, "x": [], "grad": []})
+        return _StepLinear.apply(x, weight, bias, bank)
+
+
+PLAIN = StepLinears(deferred=False)
+
+
 class Encoder(nn.Module):
     """Embeddings -> bidirectional GRU over packed sequences -> keys ``[B, S, H]`` and a bridge.
 
@@ -157,7 +205,8 @@ class Decoder(nn.Module):
         cell = self.cells[0]
         return F.linear(emb, cell.weight_ih[:, : self.emb_size], cell.bias_ih)
 
-    def _stack(self, emb_gates: torch.Tensor, feed: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+    def _stack(self, emb_gates: torch.Tensor, feed: torch.Tensor, hidden: torch.Tensor,
+               linears: StepLinears = PLAIN) -> torch.Tensor:
         """Run the GRU stack one step (Cho et al. 2014, eqs. 5-8, PyTorch's gate layout r, z, n).
 
         emb_gates ``[B, 3H]`` from :meth:`_embed_gates`; feed ``[B, F]`` the rest of the first layer's input;
@@ -166,9 +215,9 @@ class Decoder(nn.Module):
         new, x = [], None  # x: the input of layer i > 0, the previous layer's output after dropout
         for i, cell in enumerate(self.cells):
             if i == 0:
-                gi = emb_gates + F.linear(feed, cell.weight_ih[:, self.emb_size:])
+                gi = emb_gates + linears("W_if", feed, self._feed_weight)  # [B, 3H]
                 h_prev = hidden[0]
-                gh = F.linear(h_prev, cell.weight_hh, cell.bias_hh)  # [B, 3H]
+                gh = linears("W_hh", h_prev, cell.weight_hh, cell.bias_hh)  # [B, 3H]
                 i_r, i_z, i_n = gi.chunk(3, dim=1)
                 h_r, h_z, h_n = gh.chunk(3, dim=1)
                 r = torch.sigmoid(i_r + h_r)
@@ -181,16 +230,22 @@ class Decoder(nn.Module):
             x = self.dropout(h)
         return torch.stack(new)
 
-    def _recur(self, emb_gates: torch.Tensor, emb: torch.Tensor, state: DecoderState, memory: Memory):
+    @property
+    def _feed_weight(self) -> torch.Tensor:
+        """The first GRU layer's input weights for the fed part of its input (h̃_{t-1} or c_t): ``[3H, F]``."""
+        return self.cells[0].weight_ih[:, self.emb_size:]
+
+    def _recur(self, emb_gates: torch.Tensor, emb: torch.Tensor, state: DecoderState, memory: Memory,
+               linears: StepLinears = PLAIN):
         """One step up to (not including) the readout: emb_gates ``[B, 3H]``, emb ``[B, E]`` ->
         (features, state, weights ``[B, S]``)."""
         if self.style == "luong":
-            hidden = self._stack(emb_gates, state.input_feed, state.hidden)  # [L, B, H]
+            hidden = self._stack(emb_gates, state.input_feed, state.hidden, linears)  # [L, B, H]
             context, weights = self.attention(hidden[-1], memory.keys, memory.mask, memory.prepared)
-            h_tilde = torch.tanh(self.combine(torch.cat([context, hidden[-1]], dim=1)))  # [B, R]
+            h_tilde = torch.tanh(linears("W_c", torch.cat([context, hidden[-1]], dim=1), self.combine.weight))  # [B, R]
             return h_tilde, DecoderState(hidden, h_tilde), weights
         context, weights = self.attention(state.hidden[-1], memory.keys, memory.mask, memory.prepared)
-        hidden = self._stack(emb_gates, context, state.hidden)  # [L, B, H]
+        hidden = self._stack(emb_gates, context, state.hidden, linears)  # [L, B, H]
         return torch.cat([hidden[-1], context, emb], dim=-1), DecoderState(hidden, state.input_feed), weights
 
     def _readout(self, features: torch.Tensor) -> torch.Tensor:
@@ -225,8 +280,10 @@ class Decoder(nn.Module):
         emb = self.dropout(self.embed(tgt_in))  # [B, T, E]
         emb_gates = self._embed_gates(emb)  # [B, T, 3H], one matrix product for all steps
         features, weights = [], []
+        # Weight gradients of the per-step products: one product over all steps in backward (StepLinears).
+        linears = StepLinears(deferred=torch.is_grad_enabled() and self.training)
         for t in range(tgt_in.size(1)):
-            f, state, w = self._recur(emb_gates[:, t], emb[:, t], state, memory)
+            f, state, w = self._recur(emb_gates[:, t], emb[:, t], state, memory, linears)
             features.append(f)
             weights.append(w)
         # The readout and the output projection need no recurrence: one batched call over all steps.

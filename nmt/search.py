@@ -93,7 +93,8 @@ def beam(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, beam_size: i
     finished, and the K best non-EOS candidates stay open. Finished hypotheses are ranked by
     ``log_prob / lp(length)``. A sentence stops when it has ``n_best`` finished hypotheses and no open beam
     can still beat the n-best-th of them (their log-prob only falls and ``lp`` is largest at the maximum
-    length), or when it reaches its maximum length.
+    length), or when it reaches its maximum length; its K rows then leave the batch, so the remaining steps
+    compute only sentences that are still searching.
 
     Args:
         src: ``[B, S]``; src_mask: ``[B, S]`` bool. beam_size: K >= 1. length_penalty_alpha: alpha >= 0.
@@ -117,6 +118,8 @@ def beam(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, beam_size: i
     limits = max_lengths(src_mask, max_len_a, max_len_b)  # [B]
     bound_lp = length_penalty(limits.float(), length_penalty_alpha)  # [B]
     src_lens = src_mask.sum(dim=1).tolist()
+    # Sentences still searching ("active", A of them, A*K beam rows); finished sentences leave the batch.
+    sentence = list(range(B))  # active position -> sentence index
     scores = torch.full((B, K), float("-inf"), device=device)
     scores[:, 0] = 0.0  # only one open beam per sentence at the start
     y = src.new_full((B * K,), BOS_ID)
@@ -124,43 +127,47 @@ def beam(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, beam_size: i
     attn = torch.zeros(B * K, 0, S, device=device)
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     nbest_floor = torch.full((B,), float("-inf"), device=device)  # n-best-th finished score per sentence
-    done = torch.zeros(B, dtype=torch.bool, device=device)
-    offsets = (torch.arange(B, device=device) * K).unsqueeze(1)  # [B, 1]
     for t in range(int(limits.max())):
+        A = len(sentence)
         logits, state, w = model.decoder.step(y, state, memory)
-        logp = log_probs(logits)  # [B*K, V]
+        logp = log_probs(logits)  # [A*K, V]
         V = logp.size(1)
-        at_limit = (t + 1 >= limits).repeat_interleave(K)  # [B*K]
+        at_limit = (t + 1 >= limits).repeat_interleave(K)  # [A*K]
         if bool(at_limit.any()):
             eos_logp = logp[:, EOS_ID].clone()
             logp[at_limit] = float("-inf")
             logp[at_limit, EOS_ID] = eos_logp[at_limit]
-        cand = (scores.view(-1, 1) + logp).view(B, K * V)
-        top_scores, top_idx = cand.topk(min(2 * K, K * V), dim=1)  # [B, 2K]
-        src_row = top_idx // V + offsets  # [B, 2K] rows into the B*K beams
+        cand = (scores.view(-1, 1) + logp).view(A, K * V)
+        top_scores, top_idx = cand.topk(min(2 * K, K * V), dim=1)  # [A, 2K]
+        src_row = top_idx // V + (torch.arange(A, device=device) * K).unsqueeze(1)  # [A, 2K] rows of the A*K beams
         tok = top_idx % V
         is_eos = tok == EOS_ID
-        final = is_eos[:, :K] & torch.isfinite(top_scores[:, :K]) & ~done.unsqueeze(1)  # [B, K]
-        for b, j in final.nonzero().tolist():
-            r = int(src_row[b, j])
-            n = t + 1
-            raw = float(top_scores[b, j])
+        final = is_eos[:, :K] & torch.isfinite(top_scores[:, :K])  # [A, K]
+        for a, j in final.nonzero().tolist():
+            b, r, n = sentence[a], int(src_row[a, j]), t + 1
+            raw = float(top_scores[a, j])
             align = torch.cat([attn[r], w[r].unsqueeze(0)])[:, : src_lens[b]].float().cpu()
             finished[b].append(Hypothesis(tokens[r].tolist() + [EOS_ID], raw / length_penalty(n, length_penalty_alpha),
                                           raw, align))
             if len(finished[b]) >= n_best:
-                nbest_floor[b] = sorted((h.score for h in finished[b]), reverse=True)[n_best - 1]
+                nbest_floor[a] = sorted((h.score for h in finished[b]), reverse=True)[n_best - 1]
         # Keep the K best non-EOS candidates (EOS ones sort last and are closed if they are still picked).
         rank = torch.arange(is_eos.size(1), device=device) + is_eos.long() * is_eos.size(1)
-        keep = rank.argsort(dim=1)[:, :K]  # [B, K]
-        new_scores = top_scores.gather(1, keep).masked_fill(is_eos.gather(1, keep), float("-inf"))
-        best_open = new_scores.max(dim=1).values  # [B]
-        done |= (t + 1 >= limits) | (nbest_floor >= best_open / bound_lp)
+        keep = rank.argsort(dim=1)[:, :K]  # [A, K]
+        scores = top_scores.gather(1, keep).masked_fill(is_eos.gather(1, keep), float("-inf"))
+        best_open = scores.max(dim=1).values  # [A]
+        done = (t + 1 >= limits) | (nbest_floor >= best_open / bound_lp)  # [A]
         if bool(done.all()):
             break
-        scores = new_scores.masked_fill(done.unsqueeze(1), float("-inf"))
-        new_rows = src_row.gather(1, keep).view(-1)  # [B*K]
-        y = tok.gather(1, keep).view(-1)
+        new_rows = src_row.gather(1, keep)  # [A, K]
+        y = tok.gather(1, keep)  # [A, K]
+        if bool(done.any()):  # drop finished sentences: every later step computes only the open ones
+            live = (~done).nonzero().squeeze(1)  # [A']
+            sentence = [sentence[a] for a in live.tolist()]
+            scores, new_rows, y = scores[live], new_rows[live], y[live]
+            limits, bound_lp, nbest_floor = limits[live], bound_lp[live], nbest_floor[live]
+            memory = memory.select(new_rows.view(-1))  # the K rows of a sentence share its memory
+        new_rows, y = new_rows.view(-1), y.view(-1)
         state = state.select(new_rows)
         tokens = torch.cat([tokens[new_rows], y.unsqueeze(1)], dim=1)
         attn = torch.cat([attn[new_rows], w[new_rows].unsqueeze(1)], dim=1)

@@ -150,3 +150,24 @@ def test_dot_sizes(compose_cfg):
         assert isinstance(other, Attention)
         context, weights = other(torch.randn(2, 6), torch.randn(2, 3, 4), torch.ones(2, 3, dtype=torch.bool))
         assert context.shape == (2, 4) and weights.shape == (2, 3)
+
+
+EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+
+
+def test_experiment_presets_found():
+    assert {"multi30k_de_en", "multi30k_en_de", "multi30k_en_fr"} <= set(EXPERIMENTS)
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_experiment_presets_compose_and_overrides_still_apply(compose_cfg, name):
+    """``+experiment=NAME`` sets the language pair and recipe; later overrides win; the model builds."""
+    cfg = compose_cfg([f"+experiment={name}", "attention=dot", "train.max_minutes=5"])
+    if name.startswith("multi30k_"):
+        src, tgt = name.split("_")[1:]
+        assert (cfg.data.kind, cfg.data.src_lang, cfg.data.tgt_lang) == ("multi30k", src, tgt)
+        assert cfg.model.tie_embeddings and cfg.tokenizer.restrict_vocab and cfg.train.keep_best == 5
+        assert cfg.decode.beam_size == 5
+    assert cfg.attention._target_.endswith("Dot") and cfg.train.max_minutes == 5
+    model = build_model(compose_cfg([f"+experiment={name}", *SMALL]), V_SRC, V_TGT)
+    assert forward_shapes(model)[0] == (3, 4, V_TGT)

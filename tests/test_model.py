@@ -184,3 +184,34 @@ def test_one_small_batch_overfits(style):
         losses.append(loss.item())
     assert losses[0] > 2.0  # about log(V) at the start
     assert losses[-1] < losses[0] / 20, losses[::10]
+
+
+@pytest.mark.parametrize("tie", [False, True])
+@pytest.mark.parametrize("num_layers", [1, 2])
+@pytest.mark.parametrize("style", ["luong", "bahdanau"])
+def test_deferred_weight_gradients_equal_plain_autograd(style, num_layers, tie, monkeypatch):
+    """Training computes the recurrent weights' gradients in one product over all steps (StepLinears); they equal
+    those of plain per-step autograd, and so do all other gradients."""
+    import nmt.model
+
+    def grads(use_deferred):
+        original = nmt.model.StepLinears.__init__
+        monkeypatch.setattr(nmt.model.StepLinears, "__init__",
+                            lambda self, deferred=True: original(self, deferred and use_deferred))
+        torch.manual_seed(0)
+        enc = Encoder(V, E, H, dropout=0.0, decoder_layers=num_layers)
+        dec = Decoder(V, E, H, functools.partial(Additive), num_layers=num_layers, dropout=0.0, style=style,
+                      tie_embeddings=tie)
+        model = Seq2Seq(enc, dec).train()
+        src, mask = padded([5, 3, 4])
+        tgt_in = random_tgt_in(3, 6)
+        logits, _ = model(src, mask, tgt_in)
+        (logits.log_softmax(-1)[..., 4].sum() + logits.square().mean()).backward()
+        monkeypatch.setattr(nmt.model.StepLinears, "__init__", original)
+        return {name: p.grad.clone() for name, p in model.named_parameters()}
+
+    plain, deferred = grads(False), grads(True)
+    assert plain.keys() == deferred.keys()
+    for name in plain:
+        torch.testing.assert_close(deferred[name], plain[name], rtol=1e-5, atol=1e-6, msg=name)
+    assert plain["decoder.cells.0.weight_hh"].abs().sum() > 0
