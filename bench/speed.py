@@ -98,12 +98,11 @@ def load_corpus(cfg, corpus: str) -> dict[str, Parallel]:
     if corpus == "multi30k":
         return load_splits(cfg.data)
     folder = Path(os.environ.get("NMT_DATA_DIR", ROOT.parent / "shared" / "corpora")) / "tatoeba_deu_eng"
-    files = sorted(folder.glob("*.tsv*")) + sorted(folder.glob("*.txt*"))
-    if not files:
-        raise SystemExit(f"no Tatoeba tsv in {folder}")
-    opener = gzip.open if files[0].suffix == ".gz" else open
+    path = folder / "deu.txt.gz"  # manythings.org deu-eng: "English<TAB>German" per line (see its SOURCE.md)
+    if not path.is_file():
+        raise SystemExit(f"Tatoeba German-English not found: {path}")
     src, tgt = [], []
-    with opener(files[0], "rt", encoding="utf-8") as handle:
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
         for line in handle:
             cols = line.rstrip("\n").split("\t")
             if len(cols) >= 2 and cols[0].strip() and cols[1].strip():

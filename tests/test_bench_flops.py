@@ -1,0 +1,37 @@
+"""The FLOP count of bench/speed.py (bench/README.md) against hand-computed values for the default model."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def speed(repo_root):
+    spec = importlib.util.spec_from_file_location("bench_speed", repo_root / "bench" / "speed.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_flops_of_the_default_model(speed, compose_cfg):
+    E, H, h, V, S, r = 256, 512, 256, 4403, 15.0, 1.1
+    flops = speed.flops_per_target_token(compose_cfg([]), 5575, V, src_per_tgt=r, mean_src_len=S)
+    parts = flops["macs_forward"]
+    assert parts["decoder GRU"] == 3 * H * (E + E + H)  # tied: the input feed h̃ has the embedding size
+    assert parts["output layer"] == E * V
+    assert parts["readout"] == 2 * H * E
+    assert parts["encoder (per target token)"] == round(r * (2 * 3 * h * (E + h) + H * H))
+    assert parts["attention"] == round(H * H + S * H + S * H)
+    assert flops["train_flops"] == pytest.approx(6 * sum(
+        [3 * H * (2 * E + H), E * V, 2 * H * E, r * (2 * 3 * h * (E + h) + H * H), H * H + 2 * S * H]), rel=1e-6)
+
+
+def test_untied_model_counts_the_full_readout(speed, compose_cfg):
+    cfg = compose_cfg(["model.tie_embeddings=false", "attention=dot", "decoder.style=bahdanau"])
+    parts = speed.flops_per_target_token(cfg, 8000, 8000, src_per_tgt=1.0, mean_src_len=10.0)["macs_forward"]
+    assert parts["output layer"] == 512 * 8000
+    assert parts["readout"] == (2 * 512 + 256) * 512
+    assert parts["decoder GRU"] == 3 * 512 * (256 + 512 + 512)  # Bahdanau: the GRU reads [E y; c_t]
+    assert parts["attention"] == 2 * 10 * 512
