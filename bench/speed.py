@@ -186,7 +186,8 @@ def scaling(model, optimizer, pairs, cfg) -> dict:
 def peer(name: str, budget_s: int) -> dict:
     """Run a peer's train (fixed budget) and eval scripts; parse its steady-window throughput and decoding speed."""
     folder = PEERS / name
-    env = {**os.environ, "TRAIN_BUDGET_S": str(budget_s)}
+    # OpenNMT-py 3.5.1 pickles argparse objects into its checkpoints: torch >= 2.6 loads them only with this
+    env = {**os.environ, "TRAIN_BUDGET_S": str(budget_s), "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
     subprocess.run(["bash", str(folder / "run.sh"), "train", "eval"], check=True, env=env, cwd=folder,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     results = Path(env.get("PEERS_ROOT", "/tmp/peers")) / name / "results"
