@@ -190,9 +190,14 @@ def peer(name: str, budget_s: int) -> dict:
     env = {**os.environ, "TRAIN_BUDGET_S": str(budget_s), "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
     subprocess.run(["bash", str(folder / "run.sh"), "train", "eval"], check=True, env=env, cwd=folder,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    results = Path(env.get("PEERS_ROOT", "/tmp/peers")) / name / "results"
+    return parse_peer_results(Path(env.get("PEERS_ROOT", "/tmp/peers")) / name / "results")
+
+
+def parse_peer_results(results: Path) -> dict:
+    """Figures from a peer's ``results/`` folder: ``throughput.txt`` (steady window 50-350), ``eval.txt``
+    (decoding sentences/s) and ``train.time`` (``/usr/bin/time -v`` peak memory); missing figures are left out."""
     text = (results / "throughput.txt").read_text() + "\n" + (results / "eval.txt").read_text()
-    found = {"raw": text}
+    found: dict = {"raw": text}
     if match := re.search(r"steady 50-350: tgt\s+(\d+) tok/s", text):
         found["train_tgt_tokens_per_sec"] = float(match.group(1))
     for beam in (1, 5):

@@ -35,3 +35,20 @@ def test_untied_model_counts_the_full_readout(speed, compose_cfg):
     assert parts["readout"] == (2 * 512 + 256) * 512
     assert parts["decoder GRU"] == 3 * 512 * (256 + 512 + 512)  # Bahdanau: the GRU reads [E y; c_t]
     assert parts["attention"] == 2 * 10 * 512
+
+
+def test_peer_results_are_parsed_from_the_peer_scripts_files(speed, tmp_path):
+    """The formats written by ../shared/bench/peers (throughput.py, run.sh eval, /usr/bin/time -v)."""
+    (tmp_path / "throughput.txt").write_text(
+        "opennmt: 21 progress lines, last step 1050\n"
+        "         steady 50-350: tgt     905 tok/s | src+tgt    1781 tok/s |  1.04 steps/s | load1 2.39\n"
+        "        all steps > 50: tgt     933 tok/s | src+tgt    1828 tok/s |  0.99 steps/s | load1 2.24\n")
+    (tmp_path / "eval.txt").write_text(
+        "checkpoint: /tmp/peers/opennmt/run/model_step_1000.pt\n"
+        "beam1 decode: Total translation time (s): 11.4 => 87.72 sent/s\n"
+        "beam5 decode: Total translation time (s): 27.4 => 36.50 sent/s\n")
+    (tmp_path / "train.time").write_text("\tMaximum resident set size (kbytes): 1531284\n")
+    found = speed.parse_peer_results(tmp_path)
+    assert found["train_tgt_tokens_per_sec"] == 905
+    assert (found["test_greedy_sent_per_sec"], found["test_beam5_sent_per_sec"]) == (87.72, 36.50)
+    assert found["peak_rss_train_gb"] == pytest.approx(1531284 / 1024**2)
