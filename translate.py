@@ -11,14 +11,25 @@ from omegaconf import DictConfig
 from nmt import checkpoint
 from nmt.evaluate import save_alignments, score, translate
 from nmt.plot import plot_npz
-from nmt.textio import atomic_write, read_lines
+from nmt.textio import TextFileError, atomic_write, read_lines
 
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="translate")
 def main(cfg: DictConfig) -> None:
-    """Load the checkpoint, translate every input line (one output line each), save what was asked."""
+    """Load the checkpoint, translate every input line (one output line each), save what was asked.
+
+    A missing or unreadable checkpoint or input file, or a reference with another line count, ends the run with
+    one ``error:`` line naming the file (exit status 1) instead of a traceback."""
+    try:
+        run(cfg)
+    except (FileNotFoundError, checkpoint.CheckpointError, TextFileError, ValueError) as err:
+        sys.exit(f"translate.py: error: {err}")
+
+
+def run(cfg: DictConfig) -> None:
+    """The translation itself (see :func:`main`)."""
     checkpoint.absolute_paths(cfg, checkpoint.TRANSLATE_PATHS)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)

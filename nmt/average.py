@@ -86,6 +86,10 @@ def select_checkpoints(run_dir: str | Path, best: int | None = None, last: int |
     if not steps:
         raise FileNotFoundError(f"no checkpoints/step_N.pt in {run_dir}: they are kept by training with "
                                 "train.keep_best=K (K > 0)")
+    wanted = last or best
+    if wanted and len(steps) < wanted:
+        log.warning("%s has %d step checkpoints, fewer than the %d asked for: averaging all of them", run_dir,
+                    len(steps), wanted)
     if last:
         return [steps[s] for s in sorted(steps)[-last:]]
     bleu = {}

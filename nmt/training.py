@@ -351,6 +351,7 @@ def final_checkpoint(cfg, valid: Parallel, run_dir: Path, device, best_bleu: flo
         return best, {}
     paths = select_checkpoints(run_dir, best=cfg.train.keep_best)
     if len(paths) < 2:
+        log.info("only %d step checkpoint: nothing to average, evaluating best.pt", len(paths))
         return best, {}
     averaged = run_dir / "checkpoints" / "averaged.pt"
     average_checkpoints(paths, averaged)

@@ -150,3 +150,13 @@ def test_checkpoint_with_wrong_or_broken_sentencepiece_model_says_so(tiny_run, t
     torch.save(payload, tmp_path / "broken.pt")
     with pytest.raises(CheckpointError, match=r"broken\.pt.*sentencepiece model stored in it is unusable"):
         checkpoint.load(tmp_path / "broken.pt")
+
+
+def test_translate_with_a_missing_checkpoint_says_so_in_one_line(repo_root, tmp_path):
+    (tmp_path / "in.de").write_text("Ein Hund.\n", encoding="utf-8")
+    proc = run_script([str(repo_root / "translate.py"), f"checkpoint={tmp_path}/nope.pt", "input=in.de",
+                       "output=out.en"], tmp_path)
+    stderr = proc.stderr.decode()
+    assert proc.returncode == 1
+    assert stderr.strip() == f"translate.py: error: checkpoint not found: {tmp_path}/nope.pt"
+    assert not (tmp_path / "out.en").exists()
