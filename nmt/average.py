@@ -86,10 +86,6 @@ def select_checkpoints(run_dir: str | Path, best: int | None = None, last: int |
     if not steps:
         raise FileNotFoundError(f"no checkpoints/step_N.pt in {run_dir}: they are kept by training with "
                                 "train.keep_best=K (K > 0)")
-    wanted = last or best
-    if wanted and len(steps) < wanted:
-        log.warning("%s has %d step checkpoints, fewer than the %d asked for: averaging all of them", run_dir,
-                    len(steps), wanted)
     if last:
         return [steps[s] for s in sorted(steps)[-last:]]
     bleu = {}
@@ -118,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
             if len(args.inputs) != 1 or not Path(args.inputs[0]).is_dir():
                 parser.error("--best/--last take one run directory")
             paths = select_checkpoints(args.inputs[0], best=args.best, last=args.last)
+            if len(paths) < (args.best or args.last):
+                log.warning("%s has %d step checkpoints, fewer than the %d asked for: averaging all of them",
+                            args.inputs[0], len(paths), args.best or args.last)
         else:
             paths = [Path(p) for p in args.inputs]
         average_checkpoints(paths, args.out)

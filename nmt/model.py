@@ -95,6 +95,17 @@ class StepLinears:
 PLAIN = StepLinears(deferred=False)
 
 
+def _gru_update(gi: torch.Tensor, gh: torch.Tensor, h_prev: torch.Tensor) -> torch.Tensor:
+    """The GRU update from precomputed input gates gi ``[B, 3H]`` and hidden gates gh ``[B, 3H]`` (PyTorch's
+    layout r, z, n; Cho et al. 2014, eqs. 5-8): the new hidden state ``[B, H]``."""
+    i_r, i_z, i_n = gi.chunk(3, dim=1)
+    h_r, h_z, h_n = gh.chunk(3, dim=1)
+    r = torch.sigmoid(i_r + h_r)
+    z = torch.sigmoid(i_z + h_z)
+    n = torch.tanh(i_n + r * h_n)
+    return n + z * (h_prev - n)  # (1 - z) n + z h_{t-1}
+
+
 class Encoder(nn.Module):
     """Embeddings -> bidirectional GRU over packed sequences -> keys ``[B, S, H]`` and a bridge.
 
@@ -216,14 +227,8 @@ class Decoder(nn.Module):
         for i, cell in enumerate(self.cells):
             if i == 0:
                 gi = emb_gates + linears("W_if", feed, self._feed_weight)  # [B, 3H]
-                h_prev = hidden[0]
-                gh = linears("W_hh", h_prev, cell.weight_hh, cell.bias_hh)  # [B, 3H]
-                i_r, i_z, i_n = gi.chunk(3, dim=1)
-                h_r, h_z, h_n = gh.chunk(3, dim=1)
-                r = torch.sigmoid(i_r + h_r)
-                z = torch.sigmoid(i_z + h_z)
-                n = torch.tanh(i_n + r * h_n)
-                h = n + z * (h_prev - n)  # (1 - z) n + z h_{t-1}
+                gh = linears("W_hh", hidden[0], cell.weight_hh, cell.bias_hh)  # [B, 3H]
+                h = _gru_update(gi, gh, hidden[0])  # [B, H]
             else:
                 h = cell(x, hidden[i])  # [B, H]
             new.append(h)

@@ -303,10 +303,8 @@ def stop_reason(t, progress: Progress, elapsed: float) -> str | None:
 def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, toks, run_dir, device,
              progress: Progress, record: dict) -> str | None:
     """Validation loss/perplexity and greedy BLEU; checkpoints; metrics.jsonl. Returns a stop reason or None."""
-    src_tok, tgt_tok = toks
     valid_loss = validation_loss(model, valid_pairs, cfg.train.batch_tokens, device)
-    hyps = translate(model, src_tok, tgt_tok, valid.src, cfg.decode, device, beam_size=1)
-    bleu = score([h.text for h in hyps], valid.tgt)["bleu"]
+    bleu = greedy_bleu(cfg, model, toks, valid, device)
     model.train()
     record = {"step": progress.step, "epoch": progress.epoch, **record, "valid_loss": valid_loss,
               "valid_ppl": math.exp(min(valid_loss, 50)), "valid_bleu": bleu, "lr": optimizer.param_groups[0]["lr"],
@@ -330,6 +328,12 @@ def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, tok
     if cfg.train.patience and progress.bad_validations >= cfg.train.patience:
         return f"no validation BLEU gain in {cfg.train.patience} validations (early stopping)"
     return None
+
+
+def greedy_bleu(cfg, model, toks, split: Parallel, device) -> float:
+    """Corpus BLEU of greedy translations of ``split`` (the validation criterion)."""
+    hyps = translate(model, *toks, split.src, cfg.decode, device, beam_size=1)
+    return score([h.text for h in hyps], split.tgt)["bleu"]
 
 
 def keep_step_checkpoint(cfg, model, toks, run_dir: Path, progress: Progress) -> None:
@@ -356,8 +360,7 @@ def final_checkpoint(cfg, valid: Parallel, run_dir: Path, device, best_bleu: flo
     averaged = run_dir / "checkpoints" / "averaged.pt"
     average_checkpoints(paths, averaged)
     model, _, src_tok, tgt_tok, _ = checkpoint.load(averaged, device)
-    hyps = translate(model, src_tok, tgt_tok, valid.src, cfg.decode, device, beam_size=1)
-    bleu = score([h.text for h in hyps], valid.tgt)["bleu"]
+    bleu = greedy_bleu(cfg, model, (src_tok, tgt_tok), valid, device)
     use = bleu >= best_bleu
     log.info("average of %d checkpoints (%s): valid BLEU %.2f vs best.pt %.2f: evaluating %s", len(paths),
              ", ".join(p.stem for p in paths), bleu, best_bleu, averaged.name if use else best.name)
