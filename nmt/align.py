@@ -9,7 +9,9 @@ scored as a word aligner (Luong et al. 2015, §5.3, AER on gold alignments; Bahd
 
 Word-level links (nmt.alignment): pieces are merged into words (sum over a word's source columns, mean over its
 target rows), then linked per target word (``argmax_target``, Luong's), per source word (``argmax_source``) or
-by a probability ``threshold``; ``shift=1`` reads target word t from attention row t+1. Given a second model
+by a probability ``threshold``; ``shift=1`` reads target word t from attention row t+1; ``temperature`` < 1
+sharpens the attention before merging (:func:`sharpen`). ``lowercase=auto`` lowercases the input lines when the
+checkpoint was trained on lowercased text (``data.normalize``; word positions do not move). Given a second model
 trained in the opposite direction (``reverse_checkpoint``), both directions are extracted and symmetrized
 (``intersection``, ``union``, ``grow-diag``, ``grow-diag-final``, ``grow-diag-final-and``; Koehn et al. 2005).
 Words are the whitespace tokens of the input files: SentencePiece starts a piece with "▁" at every whitespace,
@@ -19,6 +21,7 @@ Command line (key=value, like translate.py, but parsed here without Hydra)::
 
     python -m nmt.align checkpoint=PATH src=FILE tgt=FILE out=FILE.align [matrices=FILE.npz]
                         [method=argmax_target|argmax_source|threshold] [threshold=0.3] [shift=0|1]
+                        [temperature=1.0] [lowercase=auto|true|false]
                         [reverse_checkpoint=PATH [method=grow-diag-final-and|intersection|union|...]
                          [direction_method=argmax_target]] [batch_size=64] [device=auto]
 
@@ -95,13 +98,42 @@ def force_align(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sources: list[str
     return results
 
 
+def sharpen(matrix: np.ndarray, temperature: float) -> np.ndarray:
+    """Attention at extraction temperature ``temperature``: each row ``a`` becomes ``a**(1/T) / sum(a**(1/T))``.
+
+    For softmax attention this equals ``softmax(e / T)`` of the energies ``e`` (Luong et al. 2015, Eq. 7 with the
+    energies divided by T); for local-p it also sharpens the Gaussian-weighted row (Eq. 10). ``T < 1`` sharpens,
+    ``T = 1`` returns the matrix unchanged, ``T > 1`` flattens.
+
+    Args:
+        matrix: ``[hyp_len, src_len]`` attention weights, rows summing to 1.
+        temperature: ``T > 0``.
+    Returns:
+        ``[hyp_len, src_len]`` float32, rows summing to 1 (an all-zero row stays zero).
+    Raises:
+        ValueError: if ``temperature <= 0``.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    a = np.asarray(matrix, dtype=np.float64)
+    if temperature == 1.0 or a.size == 0:
+        return a.astype(np.float32)
+    logs = np.log(np.maximum(a, 1e-30)) / temperature
+    logs -= logs.max(axis=1, keepdims=True)
+    out = np.exp(logs) * (a > 0)
+    total = out.sum(axis=1, keepdims=True)
+    return (out / np.where(total > 0, total, 1.0)).astype(np.float32)
+
+
 def links(translation: Translation, method: str = "argmax_target", threshold: float = 0.3,
-          shift: int = 0) -> list[tuple[int, int]]:
-    """Word-level links ``(source_word, target_word)`` of one forced alignment (nmt.alignment: merge pieces
-    into words with ``shift``, then :func:`nmt.alignment.hard_alignment`); ``[]`` for an empty line."""
+          shift: int = 0, temperature: float = 1.0) -> list[tuple[int, int]]:
+    """Word-level links ``(source_word, target_word)`` of one forced alignment (nmt.alignment: :func:`sharpen`
+    with ``temperature``, merge pieces into words with ``shift``, then :func:`nmt.alignment.hard_alignment`);
+    ``[]`` for an empty line."""
     if not translation.hyp_pieces:
         return []
-    words, _, _ = merge_to_words(translation.alignment, translation.src_pieces, translation.hyp_pieces, shift)
+    matrix = sharpen(translation.alignment, temperature)
+    words, _, _ = merge_to_words(matrix, translation.src_pieces, translation.hyp_pieces, shift)
     return hard_alignment(words, method=method, threshold=threshold)
 
 
@@ -114,11 +146,12 @@ def word_counts(translation: Translation) -> tuple[int, int]:
 # ----------------------------------------------------------------------------------------------- command line
 
 USAGE = ("usage: python -m nmt.align checkpoint=PATH src=FILE tgt=FILE out=FILE.align [matrices=FILE.npz] "
-         "[method=argmax_target|argmax_source|threshold] [threshold=0.3] [shift=0|1] "
-         "[reverse_checkpoint=PATH method=grow-diag-final-and|intersection|union|grow-diag|grow-diag-final "
+         "[method=argmax_target|argmax_source|threshold] [threshold=0.3] [shift=0|1] [temperature=1.0] "
+         "[lowercase=auto|true|false] [reverse_checkpoint=PATH method=grow-diag-final-and|intersection|union|grow-diag|grow-diag-final "
          "direction_method=argmax_target] [batch_size=64] [device=auto]")
 REQUIRED = ("checkpoint", "src", "tgt", "out")
-DEFAULTS = {"matrices": None, "method": None, "threshold": "0.3", "shift": "0", "reverse_checkpoint": None,
+DEFAULTS = {"matrices": None, "method": None, "threshold": "0.3", "shift": "0", "temperature": "1.0",
+            "lowercase": "auto", "reverse_checkpoint": None,
             "direction_method": "argmax_target", "batch_size": "64", "device": "auto"}
 KEYS = REQUIRED + tuple(DEFAULTS)
 
@@ -152,13 +185,16 @@ def parse_args(argv: Sequence[str]) -> dict:
     opts = {**DEFAULTS, **given}
     try:
         opts["threshold"] = float(opts["threshold"])
+        opts["temperature"] = float(opts["temperature"])
         opts["shift"] = int(opts["shift"])
         opts["batch_size"] = int(opts["batch_size"])
     except ValueError as err:
-        raise UsageError(f"threshold must be a number, shift and batch_size integers: {err}") from None
-    if opts["shift"] < 0 or opts["batch_size"] < 1:
-        raise UsageError(f"need shift >= 0 and batch_size >= 1, got shift={opts['shift']}, "
-                         f"batch_size={opts['batch_size']}")
+        raise UsageError(f"threshold and temperature must be numbers, shift and batch_size integers: {err}") from None
+    if opts["shift"] < 0 or opts["batch_size"] < 1 or opts["temperature"] <= 0:
+        raise UsageError(f"need shift >= 0, batch_size >= 1 and temperature > 0, got shift={opts['shift']}, "
+                         f"batch_size={opts['batch_size']}, temperature={opts['temperature']}")
+    if opts["lowercase"] not in ("auto", "true", "false"):
+        raise UsageError(f"lowercase={opts['lowercase']}; valid: auto (as the checkpoint's training data), true, false")
     if opts["direction_method"] not in METHODS:
         raise UsageError(f"direction_method={opts['direction_method']}; valid: {', '.join(METHODS)}")
     reverse = opts["reverse_checkpoint"]
@@ -174,9 +210,14 @@ def parse_args(argv: Sequence[str]) -> dict:
     return opts
 
 
-def _load(path: str, device: torch.device):
-    model, _, src_tok, tgt_tok, _ = checkpoint.load(path, map_location=device)
-    return model, src_tok, tgt_tok
+def _load(path: str, device: torch.device, lowercase: str = "false"):
+    """Model, tokenizers and the function that prepares (source, target) lines for it: lowercasing when
+    ``lowercase=true``, or ``auto`` and the checkpoint's ``data.normalize.lowercase`` is on (tokens unchanged,
+    so gold word positions stay valid; nmt.normalize)."""
+    model, cfg, src_tok, tgt_tok, _ = checkpoint.load(path, map_location=device)
+    node = cfg.data.get("normalize") or {}
+    lower = lowercase == "true" or (lowercase == "auto" and bool(node.get("lowercase", False)))
+    return model, src_tok, tgt_tok, (lambda lines: [line.lower() for line in lines]) if lower else (lambda x: x)
 
 
 def run(opts: dict) -> list[str]:
@@ -186,21 +227,22 @@ def run(opts: dict) -> list[str]:
     sources, targets = read_lines(opts["src"]), read_lines(opts["tgt"])
     if len(sources) != len(targets):
         raise ValueError(f"{opts['src']} has {len(sources)} lines but {opts['tgt']} has {len(targets)}")
-    model, src_tok, tgt_tok = _load(opts["checkpoint"], device)
-    forward = force_align(model, src_tok, tgt_tok, sources, targets, opts["batch_size"], device)
+    model, src_tok, tgt_tok, prepare = _load(opts["checkpoint"], device, opts["lowercase"])
+    forward = force_align(model, src_tok, tgt_tok, prepare(sources), prepare(targets), opts["batch_size"], device)
     del model
-    shift, threshold = opts["shift"], opts["threshold"]
+    extract = {"threshold": opts["threshold"], "shift": opts["shift"], "temperature": opts["temperature"]}
     if opts["reverse_checkpoint"]:
-        r_model, r_src_tok, r_tgt_tok = _load(opts["reverse_checkpoint"], device)
-        backward = force_align(r_model, r_src_tok, r_tgt_tok, targets, sources, opts["batch_size"], device)
+        r_model, r_src_tok, r_tgt_tok, r_prepare = _load(opts["reverse_checkpoint"], device, opts["lowercase"])
+        backward = force_align(r_model, r_src_tok, r_tgt_tok, r_prepare(targets), r_prepare(sources),
+                               opts["batch_size"], device)
         del r_model
         lines = []
         for fwd, bwd in zip(forward, backward):
-            f_links = links(fwd, opts["direction_method"], threshold, shift)
-            b_links = [(s, t) for t, s in links(bwd, opts["direction_method"], threshold, shift)]  # transpose
+            f_links = links(fwd, opts["direction_method"], **extract)
+            b_links = [(s, t) for t, s in links(bwd, opts["direction_method"], **extract)]  # transpose
             lines.append(to_pharaoh(symmetrize(f_links, b_links, opts["method"])))
     else:
-        lines = [to_pharaoh(links(t, opts["method"], threshold, shift)) for t in forward]
+        lines = [to_pharaoh(links(t, opts["method"], **extract)) for t in forward]
     atomic_write(opts["out"], "".join(line + "\n" for line in lines))
     if opts["matrices"]:
         save_alignments(opts["matrices"], forward)

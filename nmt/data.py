@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from nmt.normalize import Normalizer
 from nmt.textio import read_lines
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,8 @@ def load_splits(data_cfg) -> dict[str, Parallel]:
     ``kind: multi30k`` reads ``{dir}/{train,val,test_2016_flickr}.{lang}.gz``, or the hub when ``dir`` is absent;
     ``kind: files`` reads ``train_src``/``train_tgt``/``valid_*``/``test_*`` (test optional). ``train_limit``
     keeps the first N training pairs, ``eval_limit`` the first N validation and test pairs (quick runs).
+    ``normalize`` (nmt.normalize) is applied to every split, then ``extra_train`` adds training pairs
+    (:func:`read_extra`, normalized the same way unless ``pretokenized``).
 
     Raises:
         DataError / FileNotFoundError / nmt.textio.TextFileError, each naming the file and what to do.
@@ -114,7 +117,69 @@ def load_splits(data_cfg) -> dict[str, Parallel]:
         for name in ("valid", "test"):
             if name in splits:
                 splits[name] = Parallel(name, splits[name].src[:n], splits[name].tgt[:n])
+    src_norm = Normalizer.from_config(data_cfg.get("normalize"), data_cfg.src_lang)
+    tgt_norm = Normalizer.from_config(data_cfg.get("normalize"), data_cfg.tgt_lang)
+    if src_norm.active or tgt_norm.active:
+        splits = {name: Parallel(name, src_norm.lines(split.src), tgt_norm.lines(split.tgt))
+                  for name, split in splits.items()}
+    for extra in data_cfg.get("extra_train") or []:
+        more = read_extra(extra, data_cfg.src_lang, data_cfg.tgt_lang)
+        if extra.get("pretokenized"):  # already in the gold convention: only the token-preserving part
+            more = Parallel(more.name, [src_norm.keep_tokens(line) for line in more.src],
+                            [tgt_norm.keep_tokens(line) for line in more.tgt])
+        else:
+            more = Parallel(more.name, src_norm.lines(more.src), tgt_norm.lines(more.tgt))
+        train = splits["train"]
+        splits["train"] = Parallel("train", train.src + more.src, train.tgt + more.tgt)
+        log.info("training data + %s: %d pairs x %d", more.name, len(more) // max(1, extra.get("repeat", 1)),
+                 extra.get("repeat", 1))
     return splits
+
+
+def read_extra(extra, src_lang: str, tgt_lang: str) -> Parallel:
+    """Extra training pairs from one ``data.extra_train`` entry, in the run's source/target order.
+
+    Entries name their files by language, so that one preset serves both directions:
+    ``{paths: {en: FILE, fr: FILE}, repeat: N}`` (line-aligned files) or
+    ``{tsv: FILE, columns: [en, de], repeat: N}`` (one pair per line, tab-separated, e.g. Tatoeba's
+    ``deu.txt``: English first). ``repeat`` (default 1) repeats the pairs, e.g. to weight a small in-domain set.
+    ``pretokenized: true`` (used by :func:`load_splits`) marks text already in the ``data.normalize``
+    convention (gold alignment sentences): it is only lowercased, never re-tokenized.
+
+    Raises:
+        DataError: an entry without ``paths`` or ``tsv``, without the run's two languages, a bad ``repeat``,
+            or a tsv line with too few fields (file and line named); FileNotFoundError / TextFileError.
+    """
+    repeat = int(extra.get("repeat", 1))
+    if repeat < 1:
+        raise DataError(f"data.extra_train: repeat must be >= 1, got {repeat}")
+    if extra.get("paths"):
+        paths = extra["paths"]
+        missing = [lang for lang in (src_lang, tgt_lang) if lang not in paths]
+        if missing:
+            raise DataError(f"data.extra_train entry {dict(paths)} has no file for {missing}: name one file per "
+                            f"language ({src_lang}: FILE, {tgt_lang}: FILE)")
+        pairs = read_parallel(str(paths[src_lang]), paths[src_lang], paths[tgt_lang])
+        name = str(paths[src_lang])
+    elif extra.get("tsv"):
+        columns = list(extra.get("columns") or [])
+        if src_lang not in columns or tgt_lang not in columns:
+            raise DataError(f"data.extra_train tsv {extra['tsv']}: columns {columns} must name both {src_lang} "
+                            f"and {tgt_lang} (the language of each tab-separated field, in order)")
+        s, t = columns.index(src_lang), columns.index(tgt_lang)
+        src, tgt = [], []
+        for number, line in enumerate(read_lines(extra["tsv"]), start=1):
+            fields = line.split("\t")
+            if len(fields) <= max(s, t):
+                raise DataError(f"{extra['tsv']}: line {number} has {len(fields)} tab-separated field(s), "
+                                f"expected at least {max(s, t) + 1} ({', '.join(columns)})")
+            src.append(fields[s])
+            tgt.append(fields[t])
+        name = str(extra["tsv"])
+        pairs = Parallel(name, src, tgt)
+    else:
+        raise DataError(f"data.extra_train entry {dict(extra)} needs paths: {{LANG: FILE, ...}} or tsv: FILE")
+    return Parallel(name, pairs.src * repeat, pairs.tgt * repeat)
 
 
 def encode_pairs(split: Parallel, src_tok, tgt_tok, max_len: int | None = None, sample_alpha: float = 0.0,

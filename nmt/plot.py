@@ -1,4 +1,4 @@
-"""Attention heatmaps drawn from saved alignment files, never from a model (a leaf module).
+"""Attention heatmaps drawn from saved alignment files, never from a model (imports only nmt.aer and nmt.alignment).
 
 Reads the artifact contract of docs/design.md §2:
 
@@ -11,7 +11,12 @@ Token display: a word-initial piece is shown without its "▁" (``"▁Mann"`` ->
 continues a word is shown with a leading middle dot (``"s"`` -> ``"·s"``), so word starts stay visible;
 special tokens (``"</s>"``) and byte pieces (``"<0xC3>"``) are shown as they are, a bare ``"▁"`` as ``"▁"``.
 
+With ``--gold FILE`` (a word alignment gold set, the format options of nmt.aer) the pieces are merged into
+words (nmt.alignment.merge_to_words, optionally ``--shift 1``) and the gold links of each sentence are drawn over
+the word-level attention: sure links as red squares, possible-only links as small red dots.
+
 Usage: ``python -m nmt.plot outputs/RUN/eval/test.alignments.npz --index 0 3 7 --out plots/``
+       ``python -m nmt.plot gold.npz --index 0 1 --gold enfr.gold.gz --one-based``
 """
 
 from __future__ import annotations
@@ -27,6 +32,9 @@ import numpy as np
 # matplotlib.figure.Figure directly, never pyplot: no GUI backend is touched, the process-wide backend is
 # left alone, and there is no global figure registry to leak when plotting hundreds of sentences.
 from matplotlib.figure import Figure
+
+from nmt.aer import FORMATS, read_alignments
+from nmt.alignment import merge_to_words
 
 WORD_START = "\u2581"
 SPECIAL_TOKENS = frozenset({"</s>", "<s>", "<pad>", "<unk>"})
@@ -50,8 +58,11 @@ def plot_alignment(
     hypothesis_tokens: list[str],
     path: str | Path,
     title: str | None = None,
+    sure: set[tuple[int, int]] | None = None,
+    possible: set[tuple[int, int]] | None = None,
+    words: bool = False,
 ) -> Path:
-    """Write one heatmap PNG of a soft alignment.
+    """Write one heatmap PNG of a soft alignment, optionally with gold links drawn over it.
 
     Source tokens go along the top (x axis, rotated 90°), hypothesis tokens down the side (y axis); colour
     scale "Greys" fixed to 0..1 (dark = high weight) with a colorbar. The figure grows with the token counts
@@ -63,6 +74,9 @@ def plot_alignment(
         hypothesis_tokens: ``[hyp_len]`` hypothesis pieces.
         path: where to write the PNG (parent folders are created).
         title: optional figure title.
+        sure, possible: gold links ``(source_index, hypothesis_index)``, 0-based, drawn as red squares (sure)
+            and small red dots (possible and not sure); links outside the matrix raise ValueError.
+        words: the tokens are words (shown as they are), not sentencepiece pieces.
     Returns:
         the path written.
     Raises:
@@ -78,6 +92,11 @@ def plot_alignment(
     if a.size == 0:
         raise ValueError(f"nothing to plot: empty alignment matrix of shape {a.shape}")
     hyp_len, src_len = expected
+    sure, possible = set(sure or ()), set(possible or ()) - set(sure or ())
+    outside = sorted(link for link in sure | possible if not (0 <= link[0] < src_len and 0 <= link[1] < hyp_len))
+    if outside:
+        raise ValueError(f"gold links {outside[:5]} fall outside the {src_len} source x {hyp_len} hypothesis tokens")
+    show = (lambda token: token) if words else display_token
     width = max(4.0, INCH_PER_TOKEN * src_len + 2.5)
     height = max(3.0, INCH_PER_TOKEN * hyp_len + 2.0)
     path = Path(path)
@@ -86,8 +105,16 @@ def plot_alignment(
         fig = Figure(figsize=(width, height), layout="constrained")
         ax = fig.add_subplot()
         image = ax.imshow(a, cmap="Greys", vmin=0.0, vmax=1.0, aspect="equal", interpolation="nearest")
-        ax.set_xticks(range(src_len), [display_token(t) for t in source_tokens], rotation=90)
-        ax.set_yticks(range(hyp_len), [display_token(t) for t in hypothesis_tokens])
+        ax.set_xticks(range(src_len), [show(t) for t in source_tokens], rotation=90)
+        ax.set_yticks(range(hyp_len), [show(t) for t in hypothesis_tokens])
+        for links, marker, size, label in ((sure, "s", 160, "gold sure"), (possible, "o", 20, "gold possible")):
+            if links:
+                xs, ys = zip(*sorted(links))
+                ax.scatter(xs, ys, marker=marker, s=size, facecolors="none" if marker == "s" else "red",
+                           edgecolors="red", linewidths=1.5, label=label)
+        if sure or possible:
+            ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0 + 0.5 / max(hyp_len, 1)), fontsize=8,
+                      frameon=False)
         ax.xaxis.tick_top()
         ax.xaxis.set_label_position("top")
         ax.set_xlabel("source")
@@ -108,7 +135,8 @@ def _index_range(keys: list[int]) -> str:
     return f"{min(keys)}..{max(keys)}" if keys else "none (empty file)"
 
 
-def plot_npz(npz_path: str | Path, indices: list[int], out_dir: str | Path | None = None) -> list[Path]:
+def plot_npz(npz_path: str | Path, indices: list[int], out_dir: str | Path | None = None,
+             gold=None, shift: int = 0) -> list[Path]:
     """Draw the heatmaps of some sentences of a saved ``X.alignments.npz`` (+ its sibling ``.jsonl``).
 
     Writes ``out_dir/{stem}_{index}.png`` where ``stem`` is the file name without ``.alignments.npz``
@@ -119,6 +147,9 @@ def plot_npz(npz_path: str | Path, indices: list[int], out_dir: str | Path | Non
         npz_path: the ``.alignments.npz`` file.
         indices: 0-based line indices to plot.
         out_dir: output folder; default the npz's folder.
+        gold: optional :class:`nmt.aer.Alignments` whose sentence k belongs to npz index k: the matrix is then
+            merged into words (with ``shift``) and its gold links are drawn (``{stem}_{index}_gold.png``).
+        shift: rows to read ahead when merging (nmt.alignment.merge_to_words).
     Returns:
         the PNG paths written, in the order of ``indices``.
     Raises:
@@ -155,21 +186,24 @@ def plot_npz(npz_path: str | Path, indices: list[int], out_dir: str | Path | Non
                 warnings.warn(f"{npz_path}: sentence {index} is empty, skipped", stacklevel=2)
                 continue
             rec = records[index]
-            path = out / f"{npz_path.name.removesuffix('.npz').removesuffix('.alignments')}_{index}.png"
-            written.append(
-                plot_alignment(
-                    matrix,
-                    rec["source_tokens"],
-                    rec["hypothesis_tokens"],
-                    path,
-                    title=f"{npz_path.name} #{index}",
-                )
-            )
+            stem = f"{npz_path.name.removesuffix('.npz').removesuffix('.alignments')}_{index}"
+            if gold is None:
+                written.append(plot_alignment(matrix, rec["source_tokens"], rec["hypothesis_tokens"],
+                                              out / f"{stem}.png", title=f"{npz_path.name} #{index}"))
+                continue
+            if index >= len(gold):
+                raise KeyError(f"index {index} not in the gold file {gold.path} ({len(gold)} sentences)")
+            word_matrix, src_words, hyp_words = merge_to_words(matrix, rec["source_tokens"],
+                                                               rec["hypothesis_tokens"], shift=shift)
+            written.append(plot_alignment(word_matrix, src_words, hyp_words, out / f"{stem}_gold.png",
+                                          title=f"{npz_path.name} #{index} (words, shift {shift}) + gold",
+                                          sure=gold.sure[index], possible=gold.possible[index], words=True))
     return written
 
 
 def main(argv: list[str] | None = None) -> list[Path]:
-    """Command line: ``python -m nmt.plot FILE.alignments.npz [--index 0 3 7] [--out DIR]``."""
+    """Command line: ``python -m nmt.plot FILE.alignments.npz [--index 0 3 7] [--out DIR] [--gold FILE
+    [--gold-format pharaoh|naacl] [--one-based] [--target-first] [--shift 1]]``."""
     parser = argparse.ArgumentParser(
         prog="python -m nmt.plot", description="Draw attention heatmaps from a saved alignments.npz file."
     )
@@ -180,9 +214,16 @@ def main(argv: list[str] | None = None) -> list[Path]:
         "--index", type=int, nargs="+", default=[0], help="0-based sentence indices (default 0)"
     )
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: the npz's folder)")
+    parser.add_argument("--gold", type=Path, help="gold word alignments to draw over the word-level attention")
+    parser.add_argument("--gold-format", choices=FORMATS, default="pharaoh")
+    parser.add_argument("--one-based", action="store_true", help="gold positions count from 1")
+    parser.add_argument("--target-first", action="store_true", help="gold links give the target position first")
+    parser.add_argument("--shift", type=int, default=0, help="read target word t from attention row t+shift")
     args = parser.parse_args(argv)
     try:
-        paths = plot_npz(args.npz, args.index, args.out)
+        gold = (read_alignments(args.gold, args.gold_format, one_based=args.one_based,
+                                target_first=args.target_first) if args.gold else None)
+        paths = plot_npz(args.npz, args.index, args.out, gold=gold, shift=args.shift)
     except (KeyError, ValueError, FileNotFoundError) as err:
         parser.error(str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err))
     for p in paths:

@@ -156,7 +156,24 @@ EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 
 
 def test_experiment_presets_found():
-    assert {"multi30k_de_en", "multi30k_en_de", "multi30k_en_fr"} <= set(EXPERIMENTS)
+    assert {"multi30k_de_en", "multi30k_en_de", "multi30k_en_fr", "align_en_fr", "align_de_en"} <= set(EXPERIMENTS)
+
+
+@pytest.mark.parametrize("name, pair, gold", [("align_en_fr", ("en", "fr"), "align_enfr_hansards"),
+                                              ("align_de_en", ("de", "en"), "align_deen_bicici100")])
+def test_alignment_presets(compose_cfg, multi30k_dir, name, pair, gold):
+    """Normalized like the gold set, the gold sentences as extra pretokenized pairs whose files exist, the
+    same number of steps for every score function; the reverse direction is two overrides away."""
+    cfg = compose_cfg([f"+experiment={name}"])
+    assert (cfg.data.src_lang, cfg.data.tgt_lang) == pair
+    assert cfg.data.normalize.tokenize and cfg.data.normalize.lowercase
+    assert cfg.data.normalize.french_decontract == (name == "align_en_fr")
+    gold_entries = [e for e in cfg.data.extra_train if e.get("pretokenized")]
+    assert gold_entries and all(gold in str(p) for e in gold_entries for p in e.paths.values())
+    assert all(Path(p).is_file() for e in cfg.data.extra_train for p in (e.get("paths") or {}).values())
+    assert cfg.train.max_steps == 1000 and cfg.train.max_minutes is None and not cfg.train.average
+    dot = compose_cfg([f"+experiment={name}", "attention=dot", "decoder.style=bahdanau"])
+    assert dot.train.max_steps == cfg.train.max_steps and dot.decoder.style == "bahdanau"
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)

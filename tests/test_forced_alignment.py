@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from nmt import checkpoint
-from nmt.align import UsageError, force_align, main, parse_args
+from nmt.align import UsageError, force_align, links, main, parse_args, sharpen
 from nmt.alignment import merge_to_words, pharaoh_line, symmetrize
-from nmt.evaluate import EMPTY, save_alignments, translate
+from nmt.evaluate import EMPTY, Translation, save_alignments, translate
 from nmt.textio import read_lines
 from nmt.training import train
 
@@ -254,3 +254,74 @@ def test_shift_without_eos_row_and_errors():
     assert pharaoh_line(np.zeros((0, 0), np.float32), [], [], shift=1) == ""
     with pytest.raises(ValueError, match="shift must be >= 0"):
         merge_to_words(MATRIX, SRC, HYP, shift=-1)
+
+
+# ------------------------------------------------------------------------------------------ temperature
+
+def test_sharpen_equals_softmax_of_scaled_energies():
+    energies = np.random.default_rng(0).normal(size=(5, 7)) * 3
+
+    def softmax(e):
+        e = np.exp(e - e.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    weights = softmax(energies)
+    np.testing.assert_allclose(sharpen(weights, 1.0), weights, atol=1e-6)
+    for temperature in (0.25, 0.5, 2.0):
+        np.testing.assert_allclose(sharpen(weights, temperature), softmax(energies / temperature), atol=1e-5)
+    # low temperature -> one-hot on each row's argmax; zero cells (outside a local-p window) stay zero
+    cold = sharpen(weights, 0.01)
+    np.testing.assert_allclose(cold, np.eye(7)[weights.argmax(axis=1)], atol=1e-4)
+    windowed = np.array([[0.0, 0.3, 0.7], [0.0, 0.0, 0.0]], np.float32)
+    np.testing.assert_allclose(sharpen(windowed, 0.5), [[0.0, 0.09 / 0.58, 0.49 / 0.58], [0.0, 0.0, 0.0]],
+                               atol=1e-6)
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        sharpen(weights, 0.0)
+
+
+def test_temperature_changes_merged_words_and_threshold_links():
+    # "Manns" = 2 pieces: at T=1 their sum (0.6) beats "Ein" (0.4); sharpened, the single piece 0.4 wins
+    matrix = np.array([[0.4, 0.3, 0.3, 0.0]], np.float32)
+    translation = Translation("A", SRC, ["▁A"], matrix, 0.0)
+    assert links(translation) == [(1, 0)]
+    assert links(translation, temperature=0.2) == [(0, 0)]
+    assert links(translation, "threshold", threshold=0.5) == [(1, 0)]
+    assert links(translation, "threshold", threshold=0.5, temperature=0.2) == [(0, 0)]
+
+
+def test_parse_args_temperature_and_lowercase():
+    opts = parse_args(["checkpoint=c", "src=s", "tgt=t", "out=o", "temperature=0.5", "lowercase=true"])
+    assert opts["temperature"] == 0.5 and opts["lowercase"] == "true"
+    assert parse_args(["checkpoint=c", "src=s", "tgt=t", "out=o"])["lowercase"] == "auto"
+    for bad, message in [(["temperature=0"], "temperature > 0"), (["temperature=x"], "numbers"),
+                         (["lowercase=yes"], "auto .*true, false")]:
+        with pytest.raises(UsageError, match=message):
+            parse_args(["checkpoint=c", "src=s", "tgt=t", "out=o", *bad])
+
+
+def test_lowercase_auto_follows_the_checkpoint(trained, sources, references, tmp_path):
+    """A model trained on raw text aligns the lines as given; ``lowercase=true`` changes what it sees."""
+    path = trained[0]
+    (tmp_path / "src.txt").write_text("".join(s.upper() + "\n" for s in sources[:8]), encoding="utf-8")
+    (tmp_path / "tgt.txt").write_text("".join(r.upper() + "\n" for r in references[:8]), encoding="utf-8")
+    outputs = {}
+    for lowercase in ("auto", "false", "true"):
+        out = tmp_path / f"{lowercase}.align"
+        assert main([f"checkpoint={path}", f"src={tmp_path / 'src.txt'}", f"tgt={tmp_path / 'tgt.txt'}",
+                     f"out={out}", f"lowercase={lowercase}", f"matrices={tmp_path / lowercase}.npz"]) == 0
+        outputs[lowercase] = np.load(tmp_path / f"{lowercase}.npz")
+    assert all(np.array_equal(outputs["auto"][k], outputs["false"][k]) for k in outputs["auto"].files)
+    assert any(outputs["true"][k].shape != outputs["false"][k].shape for k in outputs["true"].files)
+
+
+def test_lowercase_auto_for_a_model_trained_on_lowercased_text(compose_cfg, tmp_path_factory, sources, tmp_path):
+    path = _trained(compose_cfg, tmp_path_factory, ["data.normalize.lowercase=true", "train.max_steps=5"])[0]
+    (tmp_path / "src.txt").write_text("".join(s.upper() + "\n" for s in sources[:6]), encoding="utf-8")
+    matrices = {}
+    for lowercase in ("auto", "true", "false"):
+        assert main([f"checkpoint={path}", f"src={tmp_path / 'src.txt'}", f"tgt={tmp_path / 'src.txt'}",
+                     f"out={tmp_path / lowercase}.align", f"lowercase={lowercase}",
+                     f"matrices={tmp_path / lowercase}.npz"]) == 0
+        matrices[lowercase] = np.load(tmp_path / f"{lowercase}.npz")
+    assert all(np.array_equal(matrices["auto"][k], matrices["true"][k]) for k in matrices["auto"].files)
+    assert any(matrices["auto"][k].shape != matrices["false"][k].shape for k in matrices["auto"].files)

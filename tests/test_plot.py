@@ -108,3 +108,34 @@ def test_display_token():
     assert display_token("</s>") == "</s>"
     assert display_token("<0xC3>") == "<0xC3>"
     assert display_token("▁") == "▁"
+
+
+def test_gold_links_drawn_over_word_level_attention(tmp_path):
+    """--gold merges pieces into words and draws the sentence's gold links; links outside the words fail."""
+    from nmt.evaluate import Translation, save_alignments
+
+    src, hyp = ["▁Ein", "▁Mann", "s", "</s>"], ["▁A", "▁m", "an", "</s>"]
+    matrix = np.array([[0.9, 0.1, 0.0, 0.0], [0.1, 0.5, 0.4, 0.0], [0.0, 0.6, 0.4, 0.0], [0.0, 0.0, 0.0, 1.0]],
+                      np.float32)
+    npz = tmp_path / "gold.alignments.npz"
+    save_alignments(npz, [Translation("A man", src, hyp, matrix, 0.0), Translation("A man", src, hyp, matrix, 0.0)])
+    gold = tmp_path / "gold.txt"
+    gold.write_text("1-1 2-2 1p2\n1-1 3-2\n", encoding="utf-8")  # 1-based; line 2 has a link past "Manns"
+    paths = main([str(npz), "--index", "0", "--gold", str(gold), "--one-based", "--out", str(tmp_path / "p")])
+    assert [p.name for p in paths] == ["gold_0_gold.png"]
+    image = plt_imread(paths[0])
+    red = (image[..., 0] > 0.8) & (image[..., 1] < 0.3) & (image[..., 2] < 0.3)
+    assert red.sum() > 50  # the squares and the dot are there
+    plain = main([str(npz), "--index", "0", "--out", str(tmp_path / "q")])[0]
+    plain_image = plt_imread(plain)
+    assert not ((plain_image[..., 0] > 0.8) & (plain_image[..., 1] < 0.3) & (plain_image[..., 2] < 0.3)).any()
+    with pytest.raises(SystemExit):
+        main([str(npz), "--index", "1", "--gold", str(gold), "--one-based", "--out", str(tmp_path / "p")])
+    with pytest.raises(ValueError, match=r"gold links \[\(2, 1\)\] fall outside the 2 source x 2"):
+        plot_alignment(np.eye(2), ["a", "b"], ["c", "d"], tmp_path / "x.png", sure={(2, 1)}, words=True)
+
+
+def plt_imread(path):
+    import matplotlib.image
+
+    return matplotlib.image.imread(path)
