@@ -3,10 +3,11 @@
 Forced-aligns the gold sentences once per model (nmt.align.force_align, lowercased as the model's training data
 when ``data.normalize.lowercase`` is on) and scores AER / precision / recall (nmt.aer, Och and Ney 2003) for:
 
-- one direction: ``argmax_target`` (Luong et al. 2015's), ``argmax_source``, ``threshold`` (0.3), each with the
+- one direction: ``argmax_target`` (Luong et al. 2015's), ``argmax_source``, ``threshold`` (0.2), each with the
   target word read from attention step t (``shift 0``) or t+1 (``shift 1``) and at temperature 1 and 0.5;
-- with ``--reverse`` (a model trained in the other direction): the reverse model alone and the symmetrizations
-  ``intersection``, ``union``, ``grow-diag-final-and`` of the two directions' ``argmax_target`` links.
+- with ``--reverse`` (a model trained in the other direction): the reverse model alone, the symmetrizations
+  ``intersection``, ``union``, ``grow-diag-final-and`` of the two directions' ``argmax_target`` links, and the
+  soft symmetrizations (word matrices combined by ``product`` or ``mean``, then each one-direction method).
 
 Usage (run folders of ``python train.py +experiment=align_en_fr``, or checkpoint files)::
 
@@ -36,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from nmt import checkpoint
 from nmt.aer import AlignmentWarning, aer, read_pharaoh
-from nmt.align import force_align, links
+from nmt.align import combined_links, force_align, links
 from nmt.alignment import symmetrize
 from nmt.textio import read_lines
 
@@ -48,6 +49,8 @@ GOLD_SETS = {  # name: (folder, source file, target file, gold file, one_based, 
 ONE_DIRECTION = [(method, shift, temperature) for method in ("argmax_target", "argmax_source", "threshold")
                  for shift in (0, 1) for temperature in (1.0, 0.5)]
 SYMMETRIZATIONS = ("intersection", "union", "grow-diag-final-and")
+COMBINED = [(how, method) for how in ("product", "mean") for method in ("argmax_target", "argmax_source", "threshold")]
+THRESHOLD = 0.2  # of the "threshold" method (probability mass of a word-level cell)
 
 
 def gold_set(name: str, data_dir: Path):
@@ -101,7 +104,7 @@ def rows(name: str, forward: str, reverse: str | None, data_dir: Path) -> list[d
                     "recall": result.recall, "links": result.hypothesis})
 
     for method, shift, temperature in ONE_DIRECTION:
-        score(method, [links(t, method, 0.3, shift, temperature) for t in fwd], shift=shift,
+        score(method, [links(t, method, THRESHOLD, shift, temperature) for t in fwd], shift=shift,
               temperature=temperature, direction="forward")
     if reverse:
         bwd, _ = forced(reverse, targets, sources, (tgt_lang, src_lang))
@@ -112,6 +115,10 @@ def rows(name: str, forward: str, reverse: str | None, data_dir: Path) -> list[d
             for method in SYMMETRIZATIONS:
                 score(method, [symmetrize(f, b, method) for f, b in zip(f_links, b_links)], shift=shift,
                       temperature=1.0, direction="both")
+            for how, method in COMBINED:
+                score(f"{how}+{method}", [combined_links(f, b, how, method, THRESHOLD, shift)
+                                          for f, b in zip(fwd, bwd)], shift=shift, temperature=1.0,
+                      direction="both")
     return out
 
 
@@ -127,10 +134,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     torch.set_num_threads(args.threads)
     data_dir = Path(os.environ.get("NMT_DATA_DIR", ROOT.parent / "shared" / "corpora"))
     table = rows(args.gold_set, args.forward, args.reverse, data_dir)
-    print(f"{'label':<24} {'direction':<8} {'method':<20} {'shift':>5} {'T':>4} {'AER %':>6} {'P %':>6} {'R %':>6}")
+    print(f"{'label':<24} {'direction':<8} {'method':<28} {'shift':>5} {'T':>4} {'AER %':>6} {'P %':>6} {'R %':>6}")
     for row in table:
         row["label"] = args.label
-        print(f"{args.label:<24} {row['direction']:<8} {row['method']:<20} {row['shift']:>5} "
+        print(f"{args.label:<24} {row['direction']:<8} {row['method']:<28} {row['shift']:>5} "
               f"{row['temperature']:>4} {100 * row['aer']:>6.1f} {100 * row['precision']:>6.1f} "
               f"{100 * row['recall']:>6.1f}")
     if args.json:

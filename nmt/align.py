@@ -23,14 +23,18 @@ Command line (key=value, like translate.py, but parsed here without Hydra)::
                         [method=argmax_target|argmax_source|threshold] [threshold=0.3] [shift=0|1]
                         [temperature=1.0] [lowercase=auto|true|false]
                         [reverse_checkpoint=PATH [method=grow-diag-final-and|intersection|union|...]
-                         [direction_method=argmax_target]] [batch_size=64] [device=auto]
+                         [direction_method=argmax_target]
+                         | reverse_checkpoint=PATH combine=product|mean [method=argmax_target|...]]
+                        [batch_size=64] [device=auto]
 
 ``out`` gets one Pharaoh line ``i-j`` (source word, target word, 0-based) per input line (empty lines stay
 empty); ``matrices`` gets the forward model's soft alignments in the evaluation format (``FILE.npz`` with one
 float32 ``[len(target pieces), len(source pieces)]`` array per line, key = 0-based line index, and
 ``FILE.jsonl`` with the pieces: design.md §2). With ``reverse_checkpoint``, ``method`` is the symmetrization
 (default ``grow-diag-final-and``) and ``direction_method`` extracts each direction (default
-``argmax_target``: each target word of that model links to its argmax source word).
+``argmax_target``: each target word of that model links to its argmax source word). With ``combine=product``
+(or ``mean``) the two directions' word-level soft alignments are combined before extraction
+(:func:`combined_links`) and ``method`` is one of the one-direction methods applied to the combined matrix.
 """
 
 from __future__ import annotations
@@ -42,7 +46,16 @@ import numpy as np
 import torch
 
 from nmt import checkpoint
-from nmt.alignment import METHODS, SYMMETRIZATIONS, hard_alignment, merge_to_words, symmetrize, to_pharaoh
+from nmt.alignment import (
+    COMBINATIONS,
+    METHODS,
+    SYMMETRIZATIONS,
+    combine_directions,
+    hard_alignment,
+    merge_to_words,
+    symmetrize,
+    to_pharaoh,
+)
 from nmt.data import collate
 from nmt.evaluate import EMPTY, Translation, save_alignments
 from nmt.search import log_probs
@@ -125,21 +138,42 @@ def sharpen(matrix: np.ndarray, temperature: float) -> np.ndarray:
     return (out / np.where(total > 0, total, 1.0)).astype(np.float32)
 
 
+def word_alignment(translation: Translation, shift: int = 0, temperature: float = 1.0) -> np.ndarray:
+    """The word-level soft alignment ``[target words, source words]`` of one forced alignment
+    (:func:`sharpen` with ``temperature``, then nmt.alignment.merge_to_words with ``shift``); ``[0, 0]`` for
+    an empty line."""
+    if not translation.hyp_pieces:
+        return np.zeros((0, 0), np.float32)
+    matrix = sharpen(translation.alignment, temperature)
+    return merge_to_words(matrix, translation.src_pieces, translation.hyp_pieces, shift)[0]
+
+
 def links(translation: Translation, method: str = "argmax_target", threshold: float = 0.3,
           shift: int = 0, temperature: float = 1.0) -> list[tuple[int, int]]:
-    """Word-level links ``(source_word, target_word)`` of one forced alignment (nmt.alignment: :func:`sharpen`
-    with ``temperature``, merge pieces into words with ``shift``, then :func:`nmt.alignment.hard_alignment`);
-    ``[]`` for an empty line."""
-    if not translation.hyp_pieces:
+    """Word-level links ``(source_word, target_word)`` of one forced alignment (:func:`word_alignment`, then
+    :func:`nmt.alignment.hard_alignment`); ``[]`` for an empty line."""
+    return hard_alignment(word_alignment(translation, shift, temperature), method=method, threshold=threshold)
+
+
+def combined_links(forward: Translation, backward: Translation, how: str = "product", method: str = "argmax_target",
+                   threshold: float = 0.3, shift: int = 0, temperature: float = 1.0) -> list[tuple[int, int]]:
+    """Soft symmetrization: links ``(source_word, target_word)`` extracted by ``method`` from the combination
+    (nmt.alignment.combine_directions, ``how`` = product | mean) of the forward model's word alignment and the
+    reverse model's (``backward`` aligns the same pair the other way round); ``[]`` when either line is empty.
+
+    Raises:
+        ValueError: if the two directions' word counts differ (the shapes in the message).
+    """
+    if not forward.hyp_pieces or not backward.hyp_pieces:
         return []
-    matrix = sharpen(translation.alignment, temperature)
-    words, _, _ = merge_to_words(matrix, translation.src_pieces, translation.hyp_pieces, shift)
-    return hard_alignment(words, method=method, threshold=threshold)
+    combined = combine_directions(word_alignment(forward, shift, temperature),
+                                  word_alignment(backward, shift, temperature), how)
+    return hard_alignment(combined, method=method, threshold=threshold)
 
 
 def word_counts(translation: Translation) -> tuple[int, int]:
     """``(source words, target words)`` after merging pieces (for checking against whitespace tokens)."""
-    words, _, _ = merge_to_words(translation.alignment, translation.src_pieces, translation.hyp_pieces)
+    words = word_alignment(translation)
     return words.shape[1], words.shape[0]
 
 
@@ -147,11 +181,12 @@ def word_counts(translation: Translation) -> tuple[int, int]:
 
 USAGE = ("usage: python -m nmt.align checkpoint=PATH src=FILE tgt=FILE out=FILE.align [matrices=FILE.npz] "
          "[method=argmax_target|argmax_source|threshold] [threshold=0.3] [shift=0|1] [temperature=1.0] "
-         "[lowercase=auto|true|false] [reverse_checkpoint=PATH method=grow-diag-final-and|intersection|union|grow-diag|grow-diag-final "
-         "direction_method=argmax_target] [batch_size=64] [device=auto]")
+         "[lowercase=auto|true|false] [reverse_checkpoint=PATH method=grow-diag-final-and|intersection|union|"
+         "grow-diag|grow-diag-final direction_method=argmax_target | reverse_checkpoint=PATH combine=product|mean] "
+         "[batch_size=64] [device=auto]")
 REQUIRED = ("checkpoint", "src", "tgt", "out")
 DEFAULTS = {"matrices": None, "method": None, "threshold": "0.3", "shift": "0", "temperature": "1.0",
-            "lowercase": "auto", "reverse_checkpoint": None,
+            "lowercase": "auto", "reverse_checkpoint": None, "combine": None,
             "direction_method": "argmax_target", "batch_size": "64", "device": "auto"}
 KEYS = REQUIRED + tuple(DEFAULTS)
 
@@ -198,6 +233,15 @@ def parse_args(argv: Sequence[str]) -> dict:
     if opts["direction_method"] not in METHODS:
         raise UsageError(f"direction_method={opts['direction_method']}; valid: {', '.join(METHODS)}")
     reverse = opts["reverse_checkpoint"]
+    if opts["combine"] is not None:
+        if opts["combine"] not in COMBINATIONS or not reverse:
+            raise UsageError(f"combine={opts['combine']}: valid {', '.join(COMBINATIONS)}, and it needs "
+                             "reverse_checkpoint=PATH (a model trained target -> source)")
+        opts["method"] = opts["method"] or METHODS[0]
+        if opts["method"] not in METHODS:
+            raise UsageError(f"method={opts['method']}; with combine= the method extracts links from the "
+                             f"combined matrix: {', '.join(METHODS)}")
+        return opts
     valid = SYMMETRIZATIONS if reverse else METHODS
     opts["method"] = opts["method"] or valid[-1 if reverse else 0]
     if opts["method"] not in valid:
@@ -238,6 +282,9 @@ def run(opts: dict) -> list[str]:
         del r_model
         lines = []
         for fwd, bwd in zip(forward, backward):
+            if opts["combine"]:
+                lines.append(to_pharaoh(combined_links(fwd, bwd, opts["combine"], opts["method"], **extract)))
+                continue
             f_links = links(fwd, opts["direction_method"], **extract)
             b_links = [(s, t) for t, s in links(bwd, opts["direction_method"], **extract)]  # transpose
             lines.append(to_pharaoh(symmetrize(f_links, b_links, opts["method"])))

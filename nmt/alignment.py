@@ -22,6 +22,10 @@ Two extensions for the alignment experiments (issue 6, "what helps"):
   ``union``, ``grow-diag``, ``grow-diag-final`` and ``grow-diag-final-and`` (Koehn, Axelrod, Birch Mayne,
   Callison-Burch, Osborne and Talbot 2005, "Edinburgh System Description for the 2005 IWSLT Speech Translation
   Evaluation"; the pseudo-code of Koehn 2010, *Statistical Machine Translation*, §4.5, as in Moses).
+* :func:`combine_directions` symmetrizes *before* extraction: the two directions' word-level soft alignments
+  are combined cell by cell (geometric mean ``product`` or arithmetic ``mean``), then one hard-alignment method
+  is applied (the product rewards links both models agree on, in the spirit of alignment by agreement,
+  Liang, Taskar and Klein 2006; Cheng et al. 2016).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ WORD_START = "\u2581"  # "▁", sentencepiece's word-boundary marker
 SPECIAL_TOKENS = frozenset({"</s>", "<s>", "<pad>"})
 METHODS = ("argmax_target", "argmax_source", "threshold")
 SYMMETRIZATIONS = ("intersection", "union", "grow-diag", "grow-diag-final", "grow-diag-final-and")
+COMBINATIONS = ("product", "mean")
 _BYTE_PIECE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 
 
@@ -275,3 +280,28 @@ def symmetrize(
                 if link not in alignment and ((s_free and t_free) if both else (s_free or t_free)):
                     add(link)
     return sorted(alignment)
+
+
+def combine_directions(forward: np.ndarray, backward: np.ndarray, how: str = "product") -> np.ndarray:
+    """Cell-by-cell combination of two directions' word-level soft alignments of one sentence pair.
+
+    Args:
+        forward: ``[tgt_words, src_words]`` from the source -> target model (rows sum to about 1).
+        backward: ``[src_words, tgt_words]`` from the target -> source model, in that model's own orientation
+            (it is transposed here).
+        how: ``"product"``: ``sqrt(forward * backward.T)`` (geometric mean: high only where both agree);
+            ``"mean"``: ``(forward + backward.T) / 2``.
+    Returns:
+        ``[tgt_words, src_words]`` float32, ready for :func:`hard_alignment`.
+    Raises:
+        ValueError: on an unknown ``how`` (naming the valid ones) or shapes that do not transpose onto each
+            other (both shapes in the message).
+    """
+    if how not in COMBINATIONS:
+        raise ValueError(f"unknown combination {how!r}; valid: {', '.join(COMBINATIONS)}")
+    f = np.asarray(forward, dtype=np.float32)
+    b = np.asarray(backward, dtype=np.float32).T
+    if f.shape != b.shape:
+        raise ValueError(f"forward alignment {f.shape} [tgt_words, src_words] and backward alignment "
+                         f"{b.T.shape} [src_words, tgt_words] do not describe the same sentence pair")
+    return np.sqrt(f * b) if how == "product" else (f + b) / 2

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from nmt import checkpoint
-from nmt.align import UsageError, force_align, links, main, parse_args, sharpen
-from nmt.alignment import merge_to_words, pharaoh_line, symmetrize
+from nmt.align import UsageError, combined_links, force_align, links, main, parse_args, sharpen
+from nmt.alignment import combine_directions, hard_alignment, merge_to_words, pharaoh_line, symmetrize
 from nmt.evaluate import EMPTY, Translation, save_alignments, translate
 from nmt.textio import read_lines
 from nmt.training import train
@@ -325,3 +325,35 @@ def test_lowercase_auto_for_a_model_trained_on_lowercased_text(compose_cfg, tmp_
         matrices[lowercase] = np.load(tmp_path / f"{lowercase}.npz")
     assert all(np.array_equal(matrices["auto"][k], matrices["true"][k]) for k in matrices["auto"].files)
     assert any(matrices["auto"][k].shape != matrices["false"][k].shape for k in matrices["auto"].files)
+
+
+# ------------------------------------------------------------------------------------------ soft symmetrization
+
+def test_combine_directions_by_hand():
+    forward = np.array([[0.8, 0.2], [0.5, 0.5]], np.float32)  # [tgt_words=2, src_words=2]
+    backward = np.array([[0.9, 0.1], [0.2, 0.8]], np.float32)  # [src_words, tgt_words]: src 1 -> tgt 1
+    np.testing.assert_allclose(combine_directions(forward, backward, "mean"), [[0.85, 0.2], [0.3, 0.65]])
+    np.testing.assert_allclose(combine_directions(forward, backward, "product"),
+                               np.sqrt([[0.72, 0.04], [0.05, 0.4]]), atol=1e-6)
+    # the forward model alone cannot decide target word 1 (a tie -> argmax picks source 0); the reverse model does
+    assert hard_alignment(forward) == [(0, 0), (0, 1)]
+    assert hard_alignment(combine_directions(forward, backward)) == [(0, 0), (1, 1)]
+    with pytest.raises(ValueError, match="do not describe the same sentence pair"):
+        combine_directions(forward, np.ones((3, 2)))
+    with pytest.raises(ValueError, match="product, mean"):
+        combine_directions(forward, backward, "max")
+
+
+def test_combined_links_and_cli_keys():
+    fwd = Translation("A man", SRC, HYP, MATRIX, 0.0)  # en "A man" <- de "Ein Manns"
+    bwd = Translation("Ein Manns", HYP, SRC, MATRIX.T.copy(), 0.0)
+    # a reverse model that mirrors the forward one agrees with it: the combination gives the forward links
+    assert combined_links(fwd, bwd, "mean", "argmax_target") == links(fwd) == [(0, 1), (1, 0)]
+    assert combined_links(fwd, Translation("", [], [], np.zeros((0, 0), np.float32), 0.0)) == []
+    opts = parse_args(["checkpoint=c", "src=s", "tgt=t", "out=o", "reverse_checkpoint=r", "combine=product"])
+    assert opts["combine"] == "product" and opts["method"] == "argmax_target"
+    for bad, message in [(["combine=product"], "needs reverse_checkpoint"),
+                         (["reverse_checkpoint=r", "combine=max"], "valid product, mean"),
+                         (["reverse_checkpoint=r", "combine=mean", "method=union"], "combined matrix")]:
+        with pytest.raises(UsageError, match=message):
+            parse_args(["checkpoint=c", "src=s", "tgt=t", "out=o", *bad])
