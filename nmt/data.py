@@ -89,7 +89,9 @@ def load_splits(data_cfg) -> dict[str, Parallel]:
     """Load train/valid/test as configured by a ``conf/data/*.yaml`` node.
 
     ``kind: multi30k`` reads ``{dir}/{train,val,test_2016_flickr}.{lang}.gz``, or the hub when ``dir`` is absent;
-    ``kind: files`` reads ``train_src``/``train_tgt``/``valid_*``/``test_*`` (test optional). ``train_limit``
+    ``kind: files`` reads ``train_src``/``train_tgt``/``valid_*``/``test_*`` (test optional); ``kind: bitext``
+    reads one file of pairs (``file``, ``columns``, ``separator``; :func:`read_table`) and uses it for all three
+    splits (the setting of an unsupervised aligner that sees only the sentences to align). ``train_limit``
     keeps the first N training pairs, ``eval_limit`` the first N validation and test pairs (quick runs).
     ``normalize`` (nmt.normalize) is applied to every split, then ``extra_train`` adds training pairs
     (:func:`read_extra`, normalized the same way unless ``pretokenized``).
@@ -107,8 +109,12 @@ def load_splits(data_cfg) -> dict[str, Parallel]:
                 splits[split] = read_parallel(split, src, tgt)
             elif split != "test":
                 raise DataError(f"data=files needs data.{split}_src and data.{split}_tgt (paths to text files)")
+    elif data_cfg.kind == "bitext":
+        pairs = read_table(data_cfg.file, data_cfg.columns, data_cfg.src_lang, data_cfg.tgt_lang,
+                           data_cfg.get("separator") or "\t")
+        splits = {split: Parallel(split, pairs.src, pairs.tgt) for split in SPLITS}
     else:
-        raise DataError(f"unknown data.kind {data_cfg.kind!r}: use multi30k or files")
+        raise DataError(f"unknown data.kind {data_cfg.kind!r}: use multi30k, files or bitext")
     if data_cfg.get("train_limit"):
         train = splits["train"]
         splits["train"] = Parallel("train", train.src[: data_cfg.train_limit], train.tgt[: data_cfg.train_limit])
@@ -136,13 +142,39 @@ def load_splits(data_cfg) -> dict[str, Parallel]:
     return splits
 
 
+def read_table(path, columns: list[str], src_lang: str, tgt_lang: str, separator: str = "\t") -> Parallel:
+    """Pairs from a file with one pair per line, fields split on ``separator`` and stripped, ``columns`` naming
+    the language of each field in order (Tatoeba's ``deu.txt``: ``[en, de]`` with tabs; the WPT 2003 Romanian
+    bitext: ``[ro, en]`` with ``" ||| "``), returned in the run's source/target order.
+
+    Raises:
+        DataError: ``columns`` lacking a language of the run, or a line with too few fields (file and line
+            named); FileNotFoundError / TextFileError.
+    """
+    columns = list(columns or [])
+    if src_lang not in columns or tgt_lang not in columns:
+        raise DataError(f"{path}: columns {columns} must name both {src_lang} and {tgt_lang} (the language of "
+                        "each field, in order)")
+    s, t = columns.index(src_lang), columns.index(tgt_lang)
+    src, tgt = [], []
+    for number, line in enumerate(read_lines(path), start=1):
+        fields = line.split(separator)
+        if len(fields) <= max(s, t):
+            raise DataError(f"{path}: line {number} has {len(fields)} field(s) separated by {separator!r}, "
+                            f"expected at least {max(s, t) + 1} ({', '.join(columns)})")
+        src.append(fields[s].strip())
+        tgt.append(fields[t].strip())
+    return Parallel(str(path), src, tgt)
+
+
 def read_extra(extra, src_lang: str, tgt_lang: str) -> Parallel:
     """Extra training pairs from one ``data.extra_train`` entry, in the run's source/target order.
 
     Entries name their files by language, so that one preset serves both directions:
     ``{paths: {en: FILE, fr: FILE}, repeat: N}`` (line-aligned files) or
     ``{tsv: FILE, columns: [en, de], repeat: N}`` (one pair per line, tab-separated, e.g. Tatoeba's
-    ``deu.txt``: English first). ``repeat`` (default 1) repeats the pairs, e.g. to weight a small in-domain set.
+    ``deu.txt``: English first; ``separator: " ||| "`` for other separators, :func:`read_table`).
+    ``repeat`` (default 1) repeats the pairs, e.g. to weight a small in-domain set.
     ``pretokenized: true`` (used by :func:`load_splits`) marks text already in the ``data.normalize``
     convention (gold alignment sentences): it is only lowercased, never re-tokenized.
 
@@ -162,21 +194,9 @@ def read_extra(extra, src_lang: str, tgt_lang: str) -> Parallel:
         pairs = read_parallel(str(paths[src_lang]), paths[src_lang], paths[tgt_lang])
         name = str(paths[src_lang])
     elif extra.get("tsv"):
-        columns = list(extra.get("columns") or [])
-        if src_lang not in columns or tgt_lang not in columns:
-            raise DataError(f"data.extra_train tsv {extra['tsv']}: columns {columns} must name both {src_lang} "
-                            f"and {tgt_lang} (the language of each tab-separated field, in order)")
-        s, t = columns.index(src_lang), columns.index(tgt_lang)
-        src, tgt = [], []
-        for number, line in enumerate(read_lines(extra["tsv"]), start=1):
-            fields = line.split("\t")
-            if len(fields) <= max(s, t):
-                raise DataError(f"{extra['tsv']}: line {number} has {len(fields)} tab-separated field(s), "
-                                f"expected at least {max(s, t) + 1} ({', '.join(columns)})")
-            src.append(fields[s])
-            tgt.append(fields[t])
+        pairs = read_table(extra["tsv"], list(extra.get("columns") or []), src_lang, tgt_lang,
+                           extra.get("separator") or "\t")
         name = str(extra["tsv"])
-        pairs = Parallel(name, src, tgt)
     else:
         raise DataError(f"data.extra_train entry {dict(extra)} needs paths: {{LANG: FILE, ...}} or tsv: FILE")
     return Parallel(name, pairs.src * repeat, pairs.tgt * repeat)

@@ -24,7 +24,7 @@ def test_options_found():
     """The parametrizations below really cover the config tree."""
     assert ATTENTIONS == ["additive", "dot", "general", "local_p"]
     assert DECODES == ["beam", "greedy"]
-    assert DATAS == ["files", "multi30k"]
+    assert DATAS == ["bitext", "files", "multi30k"]
 
 
 def forward_shapes(model, B=3, S=5, T=4):
@@ -88,7 +88,7 @@ def test_decode_options(compose_cfg, decode, config_name):
 def test_data_options(compose_cfg, data):
     cfg = compose_cfg([f"data={data}"])
     assert cfg.data.kind == data
-    for key in ("src_lang", "tgt_lang", "train_limit", "eval_limit", "max_len"):
+    for key in ("src_lang", "tgt_lang", "train_limit", "eval_limit", "max_len", "extra_train", "normalize"):
         assert key in cfg.data
 
 
@@ -156,7 +156,8 @@ EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 
 
 def test_experiment_presets_found():
-    assert {"multi30k_de_en", "multi30k_en_de", "multi30k_en_fr", "align_en_fr", "align_de_en"} <= set(EXPERIMENTS)
+    assert {"multi30k_de_en", "multi30k_en_de", "multi30k_en_fr", "align_en_fr", "align_de_en",
+            "align_ro_en"} <= set(EXPERIMENTS)
 
 
 @pytest.mark.parametrize("name, pair, gold", [("align_en_fr", ("en", "fr"), "align_enfr_hansards"),

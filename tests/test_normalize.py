@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nmt.data import DataError, load_splits, read_extra
+from nmt.data import DataError, load_splits, read_extra, read_table
 from nmt.normalize import Normalizer
 from nmt.textio import read_lines
 
@@ -103,11 +103,31 @@ def test_read_extra_tsv_columns_and_bad_line(tmp_path):
     tsv.write_text("Hi.\tHallo!\nRun!\tLauf!\tCC-BY\n", encoding="utf-8")
     pairs = read_extra({"tsv": str(tsv), "columns": ["en", "de"]}, "de", "en")
     assert pairs.src == ["Hallo!", "Lauf!"] and pairs.tgt == ["Hi.", "Run!"]
-    with pytest.raises(DataError, match="must name both de and fr"):
-        read_extra({"tsv": str(tsv), "columns": ["en", "de"]}, "de", "fr")
+    with pytest.raises(DataError, match="must name both fr and de"):
+        read_extra({"tsv": str(tsv), "columns": ["en", "de"]}, "fr", "de")
     tsv.write_text("Hi.\tHallo!\nno tab here\n", encoding="utf-8")
-    with pytest.raises(DataError, match=r"deu.txt: line 2 has 1 tab-separated field"):
+    with pytest.raises(DataError, match=r"deu.txt: line 2 has 1 field\(s\) separated by '\\t'"):
         read_extra({"tsv": str(tsv), "columns": ["en", "de"]}, "de", "en")
+
+
+def test_bitext_kind_reads_the_romanian_gold_sentences_for_every_split(multi30k_dir, compose_cfg):
+    cfg = compose_cfg(["+experiment=align_ro_en"])
+    splits = load_splits(cfg.data)
+    assert {name: len(split) for name, split in splits.items()} == {"train": 248, "valid": 248, "test": 248}
+    assert (splits["train"].src[0], splits["train"].tgt[0]) == ("ajunge !", "that 's enough !")  # stripped
+    assert splits["valid"].src == splits["train"].src
+    reverse = load_splits(compose_cfg(["+experiment=align_ro_en", "data.src_lang=en", "data.tgt_lang=ro"]).data)
+    assert reverse["train"].src == splits["train"].tgt
+
+
+def test_read_table_other_separator(tmp_path):
+    table = tmp_path / "x.txt"
+    table.write_text("a b   ||| c d  \ne ||| f\n", encoding="utf-8")
+    pairs = read_table(table, ["ro", "en"], "en", "ro", " ||| ")
+    assert (pairs.src, pairs.tgt) == (["c d", "f"], ["a b", "e"])
+    table.write_text("a b c\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"x.txt: line 1 has 1 field\(s\) separated by ' \|\|\| '"):
+        read_table(table, ["ro", "en"], "ro", "en", " ||| ")
 
 
 def test_load_splits_normalizes_and_keeps_pretokenized_extras(multi30k_dir, compose_cfg):
