@@ -19,7 +19,7 @@ so pre-tokenized gold sets keep their word indices (a line where the counts diff
 
 Command line (key=value, like translate.py, but parsed here without Hydra)::
 
-    python -m nmt.align checkpoint=PATH src=FILE tgt=FILE out=FILE.align [matrices=FILE.npz]
+    python -m nmt.align checkpoint=PATH|RUN_DIR src=FILE tgt=FILE out=FILE.align [matrices=FILE.npz]
                         [method=argmax_target|argmax_source|threshold] [threshold=0.3] [shift=0|1]
                         [temperature=1.0] [lowercase=auto|true|false]
                         [reverse_checkpoint=PATH [method=grow-diag-final-and|intersection|union|...]
@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -235,8 +236,10 @@ def parse_args(argv: Sequence[str]) -> dict:
     reverse = opts["reverse_checkpoint"]
     if opts["combine"] is not None:
         if opts["combine"] not in COMBINATIONS or not reverse:
-            raise UsageError(f"combine={opts['combine']}: valid {', '.join(COMBINATIONS)}, and it needs "
-                             "reverse_checkpoint=PATH (a model trained target -> source)")
+            problem = (f"valid values are {', '.join(COMBINATIONS)}" if opts["combine"] not in COMBINATIONS
+                       else "it combines two directions, so it needs reverse_checkpoint=PATH (a model trained "
+                       "target -> source)")
+            raise UsageError(f"combine={opts['combine']}: {problem}")
         opts["method"] = opts["method"] or METHODS[0]
         if opts["method"] not in METHODS:
             raise UsageError(f"method={opts['method']}; with combine= the method extracts links from the "
@@ -258,10 +261,14 @@ def _load(path: str, device: torch.device, lowercase: str = "false"):
     """Model, tokenizers and the function that prepares (source, target) lines for it: lowercasing when
     ``lowercase=true``, or ``auto`` and the checkpoint's ``data.normalize.lowercase`` is on (tokens unchanged,
     so gold word positions stay valid; nmt.normalize)."""
+    path = Path(path)
+    if path.is_dir() and (path / "checkpoints" / "best.pt").is_file():  # a run folder
+        path = path / "checkpoints" / "best.pt"
     model, cfg, src_tok, tgt_tok, _ = checkpoint.load(path, map_location=device)
     node = cfg.data.get("normalize") or {}
     lower = lowercase == "true" or (lowercase == "auto" and bool(node.get("lowercase", False)))
-    return model, src_tok, tgt_tok, (lambda lines: [line.lower() for line in lines]) if lower else (lambda x: x)
+    prepare = (lambda lines: [line.lower() for line in lines]) if lower else (lambda x: x)
+    return model, src_tok, tgt_tok, prepare, (str(cfg.data.src_lang), str(cfg.data.tgt_lang))
 
 
 def run(opts: dict) -> list[str]:
@@ -271,12 +278,17 @@ def run(opts: dict) -> list[str]:
     sources, targets = read_lines(opts["src"]), read_lines(opts["tgt"])
     if len(sources) != len(targets):
         raise ValueError(f"{opts['src']} has {len(sources)} lines but {opts['tgt']} has {len(targets)}")
-    model, src_tok, tgt_tok, prepare = _load(opts["checkpoint"], device, opts["lowercase"])
+    model, src_tok, tgt_tok, prepare, langs = _load(opts["checkpoint"], device, opts["lowercase"])
     forward = force_align(model, src_tok, tgt_tok, prepare(sources), prepare(targets), opts["batch_size"], device)
     del model
     extract = {"threshold": opts["threshold"], "shift": opts["shift"], "temperature": opts["temperature"]}
     if opts["reverse_checkpoint"]:
-        r_model, r_src_tok, r_tgt_tok, r_prepare = _load(opts["reverse_checkpoint"], device, opts["lowercase"])
+        r_model, r_src_tok, r_tgt_tok, r_prepare, r_langs = _load(opts["reverse_checkpoint"], device,
+                                                                   opts["lowercase"])
+        if r_langs != langs[::-1]:
+            raise ValueError(f"reverse_checkpoint={opts['reverse_checkpoint']} translates {r_langs[0]}->{r_langs[1]}, "
+                             f"but checkpoint={opts['checkpoint']} translates {langs[0]}->{langs[1]}: the reverse "
+                             f"model must translate {langs[1]}->{langs[0]}")
         backward = force_align(r_model, r_src_tok, r_tgt_tok, r_prepare(targets), r_prepare(sources),
                                opts["batch_size"], device)
         del r_model

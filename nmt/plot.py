@@ -95,7 +95,9 @@ def plot_alignment(
     sure, possible = set(sure or ()), set(possible or ()) - set(sure or ())
     outside = sorted(link for link in sure | possible if not (0 <= link[0] < src_len and 0 <= link[1] < hyp_len))
     if outside:
-        raise ValueError(f"gold links {outside[:5]} fall outside the {src_len} source x {hyp_len} hypothesis tokens")
+        raise ValueError(f"gold links {outside[:5]} (0-based) fall outside the {src_len} source x {hyp_len} "
+                         "hypothesis tokens: is the gold file 1-based (--one-based), target-first (--target-first), "
+                         "or for other sentences?")
     show = (lambda token: token) if words else display_token
     width = max(4.0, INCH_PER_TOKEN * src_len + 2.5)
     height = max(3.0, INCH_PER_TOKEN * hyp_len + 2.0)
@@ -113,8 +115,7 @@ def plot_alignment(
                 ax.scatter(xs, ys, marker=marker, s=size, facecolors="none" if marker == "s" else "red",
                            edgecolors="red", linewidths=1.5, label=label)
         if sure or possible:
-            ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0 + 0.5 / max(hyp_len, 1)), fontsize=8,
-                      frameon=False)
+            fig.legend(loc="outside lower center", ncols=2, fontsize=9, frameon=False)
         ax.xaxis.tick_top()
         ax.xaxis.set_label_position("top")
         ax.set_xlabel("source")
@@ -195,9 +196,12 @@ def plot_npz(npz_path: str | Path, indices: list[int], out_dir: str | Path | Non
                 raise KeyError(f"index {index} not in the gold file {gold.path} ({len(gold)} sentences)")
             word_matrix, src_words, hyp_words = merge_to_words(matrix, rec["source_tokens"],
                                                                rec["hypothesis_tokens"], shift=shift)
-            written.append(plot_alignment(word_matrix, src_words, hyp_words, out / f"{stem}_gold.png",
-                                          title=f"{npz_path.name} #{index} (words, shift {shift}) + gold",
-                                          sure=gold.sure[index], possible=gold.possible[index], words=True))
+            try:
+                written.append(plot_alignment(word_matrix, src_words, hyp_words, out / f"{stem}_gold.png",
+                                              title=f"{npz_path.name} #{index} (words, shift {shift}) + gold",
+                                              sure=gold.sure[index], possible=gold.possible[index], words=True))
+            except ValueError as err:
+                raise ValueError(f"{gold.path}, sentence {index + 1}: {err}") from None
     return written
 
 

@@ -43,6 +43,12 @@ def trained(compose_cfg, tmp_path_factory, multi30k_dir):
 
 
 @pytest.fixture(scope="module")
+def reverse(compose_cfg, tmp_path_factory, multi30k_dir):
+    """The same tiny recipe trained en->de: the reverse direction for symmetrization."""
+    return _trained(compose_cfg, tmp_path_factory, ["data.src_lang=en", "data.tgt_lang=de"])
+
+
+@pytest.fixture(scope="module")
 def sources(multi30k_dir):
     return read_lines(multi30k_dir / "val.de.gz")[:40]
 
@@ -108,8 +114,8 @@ def test_shapes_batching_and_empty_lines(trained, sources, references):
         force_align(model, src_tok, tgt_tok, src, tgt[:5])
 
 
-def test_cli_writes_one_pharaoh_line_per_input_line(trained, sources, references, tmp_path, capsys):
-    path = trained[0]
+def test_cli_writes_one_pharaoh_line_per_input_line(trained, reverse, sources, references, tmp_path, capsys):
+    path, reverse_path = trained[0], reverse[0]
     src_lines = [sources[0], "", sources[1], sources[2]]
     tgt_lines = [references[0], "", references[1], references[2]]
     (tmp_path / "in.de").write_text("".join(s + "\n" for s in src_lines), encoding="utf-8")
@@ -136,13 +142,12 @@ def test_cli_writes_one_pharaoh_line_per_input_line(trained, sources, references
     for i in (0, 2, 3):  # the Pharaoh line is the matrix's own argmax_target line
         assert lines[i] == pharaoh_line(npz[str(i)], records[i]["source_tokens"], records[i]["hypothesis_tokens"])
 
-    # other extraction options and symmetrization with a reverse model (the same joint-vocabulary model
-    # stands in for an en->de one: the plumbing and the transposition are what is checked here)
+    # other extraction options and symmetrization with the reverse (en->de) model; a run folder works too
     outputs = {}
     for name, extra in {"shift": ["shift=1"], "threshold": ["method=threshold", "threshold=0.2"],
-                        "inter": [f"reverse_checkpoint={path}", "method=intersection"],
-                        "union": [f"reverse_checkpoint={path}", "method=union"],
-                        "gdfa": [f"reverse_checkpoint={path}"]}.items():
+                        "inter": [f"reverse_checkpoint={reverse_path}", "method=intersection"],
+                        "union": [f"reverse_checkpoint={reverse_path}", "method=union"],
+                        "gdfa": [f"reverse_checkpoint={reverse_path.parent.parent}"]}.items():
         assert main([*common, f"out={tmp_path / name}.align", *extra]) == 0, name
         outputs[name] = (tmp_path / f"{name}.align").read_text(encoding="utf-8").split("\n")
         assert len(outputs[name]) - 1 == len(src_lines) and outputs[name][1] == ""
@@ -151,6 +156,9 @@ def test_cli_writes_one_pharaoh_line_per_input_line(trained, sources, references
         assert inter <= gdfa <= union
         assert inter <= set(lines[i].split()) <= union  # the forward direction is one of the two
     capsys.readouterr()
+    # a "reverse" model of the same direction is refused, naming both directions
+    assert main([*common, f"out={tmp_path / 'same.align'}", f"reverse_checkpoint={path}"]) == 1
+    assert "translates de->en, but checkpoint=" in capsys.readouterr().err
 
     # command-line errors: exit 2 with the valid keys / methods; file errors: exit 1
     assert main([*common, f"out={tmp_path / 'x.align'}", "beam=5"]) == 2
@@ -353,7 +361,7 @@ def test_combined_links_and_cli_keys():
     opts = parse_args(["checkpoint=c", "src=s", "tgt=t", "out=o", "reverse_checkpoint=r", "combine=product"])
     assert opts["combine"] == "product" and opts["method"] == "argmax_target"
     for bad, message in [(["combine=product"], "needs reverse_checkpoint"),
-                         (["reverse_checkpoint=r", "combine=max"], "valid product, mean"),
+                         (["reverse_checkpoint=r", "combine=max"], "valid values are product, mean"),
                          (["reverse_checkpoint=r", "combine=mean", "method=union"], "combined matrix")]:
         with pytest.raises(UsageError, match=message):
             parse_args(["checkpoint=c", "src=s", "tgt=t", "out=o", *bad])

@@ -131,7 +131,7 @@ def test_gold_links_drawn_over_word_level_attention(tmp_path):
     assert not ((plain_image[..., 0] > 0.8) & (plain_image[..., 1] < 0.3) & (plain_image[..., 2] < 0.3)).any()
     with pytest.raises(SystemExit):
         main([str(npz), "--index", "1", "--gold", str(gold), "--one-based", "--out", str(tmp_path / "p")])
-    with pytest.raises(ValueError, match=r"gold links \[\(2, 1\)\] fall outside the 2 source x 2"):
+    with pytest.raises(ValueError, match=r"\[\(2, 1\)\] \(0-based\) fall outside the 2 source x 2.*--one-based"):
         plot_alignment(np.eye(2), ["a", "b"], ["c", "d"], tmp_path / "x.png", sure={(2, 1)}, words=True)
 
 
