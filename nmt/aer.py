@@ -451,6 +451,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         ):
             if not flag and _zero_never_used(alignments):
                 print(f"warning: {name}: no link uses position 0; is the file 1-based?", file=sys.stderr)
+        for name, alignments, flag in ((args.gold, gold, args.one_based), (args.hyp, hyp, args.hyp_one_based)):
+            if flag and alignments.null_links:
+                print(f"warning: {name}: {alignments.null_links} link(s) use position 0, which a 1-based file "
+                      "reserves for NULL, and were skipped; is the file 0-based?", file=sys.stderr)
         if len(gold) != len(hyp):
             hint = ""
             if args.gold_format == "naacl" and lengths is None and len(gold) < len(hyp):

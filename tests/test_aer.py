@@ -379,3 +379,15 @@ def test_cli_warns_about_a_one_based_file_read_as_zero_based(corpora, capsys):
     gold = corpora / "align_roen_wpt2003" / "roen.gold.gz"
     assert main(["--gold", str(gold), "--hyp", str(gold)]) == 0
     assert "no link uses position 0; is the file 1-based?" in capsys.readouterr().err
+
+
+def test_cli_warns_about_a_zero_based_hypothesis_read_as_one_based(tmp_path, capsys):
+    gold = tmp_path / "gold.txt"
+    gold.write_text("1-1 2-2\n1-2\n", encoding="utf-8")
+    hyp = tmp_path / "hyp.txt"  # 0-based: the same links as the gold
+    hyp.write_text("0-0 1-1\n0-1\n", encoding="utf-8")
+    assert main(["--gold", str(gold), "--one-based", "--hyp", str(hyp)]) == 0
+    out = capsys.readouterr()
+    assert "AER 0.0000" in out.out and "link(s) use position 0" not in out.err
+    assert main(["--gold", str(gold), "--one-based", "--hyp", str(hyp), "--hyp-one-based"]) == 0
+    assert "hyp.txt: 2 link(s) use position 0, which a 1-based file reserves for NULL" in capsys.readouterr().err
