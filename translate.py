@@ -10,6 +10,7 @@ from omegaconf import DictConfig
 
 from nmt import checkpoint
 from nmt.evaluate import save_alignments, score, translate
+from nmt.normalize import Normalizer
 from nmt.plot import plot_npz
 from nmt.textio import TextFileError, atomic_write, read_lines
 
@@ -35,7 +36,9 @@ def run(cfg: DictConfig) -> None:
         torch.set_num_threads(cfg.threads)
     device = checkpoint.pick_device(cfg.device)
     sentences = read_lines(cfg.input)
-    model, _, src_tok, tgt_tok, _ = checkpoint.load(cfg.checkpoint, device)
+    model, model_cfg, src_tok, tgt_tok, _ = checkpoint.load(cfg.checkpoint, device)
+    # a model trained on normalized text (data.normalize, e.g. the alignment presets) sees its input the same way
+    sentences = Normalizer.from_config(model_cfg.data.get("normalize"), model_cfg.data.src_lang).lines(sentences)
     results = translate(model, src_tok, tgt_tok, sentences, cfg.decode, device, beam_size=cfg.beam_size)
     atomic_write(cfg.output, "".join(t.text + "\n" for t in results))
     if cfg.alignments:

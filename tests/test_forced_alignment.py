@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ from nmt.evaluate import EMPTY, Translation, save_alignments, translate
 from nmt.textio import read_lines
 from nmt.training import train
 
+REPO = Path(__file__).resolve().parent.parent
 TINY = ["data.train_limit=600", "data.eval_limit=4", "tokenizer.vocab_size=600", "model.emb_size=16",
         "model.hidden_size=32", "train.batch_tokens=300", "train.max_steps=30", "train.valid_every=30",
         "decode=greedy", "eval.plots=0", "device=cpu", "train.max_epochs=null",
@@ -333,6 +335,15 @@ def test_lowercase_auto_for_a_model_trained_on_lowercased_text(compose_cfg, tmp_
         matrices[lowercase] = np.load(tmp_path / f"{lowercase}.npz")
     assert all(np.array_equal(matrices["auto"][k], matrices["true"][k]) for k in matrices["auto"].files)
     assert any(matrices["auto"][k].shape != matrices["false"][k].shape for k in matrices["auto"].files)
+    # translate.py normalizes its input like the model's training data: UPPER and lower case translate alike
+    (tmp_path / "lower.txt").write_text("".join(s.lower() + "\n" for s in sources[:6]), encoding="utf-8")
+    outputs = []
+    for name in ("src", "lower"):
+        subprocess.run([sys.executable, str(REPO / "translate.py"), f"checkpoint={path}",
+                        f"input={tmp_path / name}.txt", f"output={tmp_path / name}.hyp", "beam_size=1",
+                        "device=cpu", "threads=1"], check=True, capture_output=True, timeout=300, cwd=REPO)
+        outputs.append((tmp_path / f"{name}.hyp").read_text(encoding="utf-8"))
+    assert outputs[0] == outputs[1] and len(outputs[0].splitlines()) == 6
 
 
 # ------------------------------------------------------------------------------------------ soft symmetrization
