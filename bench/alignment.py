@@ -35,10 +35,10 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nmt import checkpoint
 from nmt.aer import AlignmentWarning, aer, read_pharaoh
-from nmt.align import combined_links, force_align, links
+from nmt.align import combined_links, force_align, links, load_aligner
 from nmt.alignment import symmetrize
+from nmt.data import read_table
 from nmt.textio import read_lines
 
 GOLD_SETS = {  # name: (folder, source file, target file, gold file, one_based, source lang, target lang)
@@ -58,8 +58,8 @@ def gold_set(name: str, data_dir: Path):
     folder, src, tgt, gold, one_based, _, _ = GOLD_SETS[name]
     folder = data_dir / folder
     if src is None:  # 'source ||| target' bitext with trailing spaces (SOURCE.md)
-        pairs = [line.split(" ||| ") for line in read_lines(folder / "roen.src-tgt.gz")]
-        sources, targets = [p[0].strip() for p in pairs], [p[1].strip() for p in pairs]
+        pairs = read_table(folder / "roen.src-tgt.gz", ["ro", "en"], "ro", "en", " ||| ")
+        sources, targets = pairs.src, pairs.tgt
     else:
         sources, targets = [s.strip() for s in read_lines(folder / src)], [t.strip() for t in read_lines(folder / tgt)]
     lengths = [(len(s.split()), len(t.split())) for s, t in zip(sources, targets)]
@@ -69,33 +69,25 @@ def gold_set(name: str, data_dir: Path):
     return sources, targets, alignments
 
 
-def _checkpoint(path: str) -> Path:
-    path = Path(path)
-    return path / "checkpoints" / "best.pt" if path.is_dir() else path
-
-
 def forced(path: str, sources: list[str], targets: list[str], expect: tuple[str, str]):
     """Forced alignments of ``targets`` given ``sources`` under the checkpoint at ``path`` (a run folder or file).
 
     Raises:
         SystemExit: when the model's languages are not ``expect`` (source, target).
     """
-    model, cfg, src_tok, tgt_tok, _ = checkpoint.load(_checkpoint(path))
-    langs = (cfg.data.src_lang, cfg.data.tgt_lang)
+    model, src_tok, tgt_tok, prepare, langs = load_aligner(path)
     if langs != expect:
         raise SystemExit(f"{path}: model translates {langs[0]}->{langs[1]}, this needs {expect[0]}->{expect[1]}")
-    lower = bool((cfg.data.get("normalize") or {}).get("lowercase", False))
-    prepare = (lambda lines: [line.lower() for line in lines]) if lower else (lambda lines: lines)
-    return force_align(model, src_tok, tgt_tok, prepare(sources), prepare(targets)), cfg
+    return force_align(model, src_tok, tgt_tok, prepare(sources), prepare(targets)), model
 
 
 def rows(name: str, forward: str, reverse: str | None, data_dir: Path) -> list[dict]:
     """One dict per extraction method: ``aer``, ``precision``, ``recall`` (fractions) and how it was made."""
     sources, targets, gold = gold_set(name, data_dir)
     _, _, _, _, _, src_lang, tgt_lang = GOLD_SETS[name]
-    fwd, cfg = forced(forward, sources, targets, (src_lang, tgt_lang))
-    about = {"gold_set": name, "attention": cfg.attention["_target_"].rsplit(".", 1)[-1],
-             "decoder": cfg.decoder.style, "model": forward}
+    fwd, model = forced(forward, sources, targets, (src_lang, tgt_lang))
+    about = {"gold_set": name, "attention": type(model.decoder.attention).__name__,
+             "decoder": model.decoder.style, "model": forward}
     out = []
 
     def score(method: str, links_per_sentence: list, **extra) -> None:

@@ -59,6 +59,7 @@ from nmt.alignment import (
 )
 from nmt.data import collate
 from nmt.evaluate import EMPTY, Translation, save_alignments
+from nmt.normalize import Normalizer
 from nmt.search import log_probs
 from nmt.textio import atomic_write, read_lines
 from nmt.tokenizer import PAD_ID, Tokenizer
@@ -257,18 +258,26 @@ def parse_args(argv: Sequence[str]) -> dict:
     return opts
 
 
-def _load(path: str, device: torch.device, lowercase: str = "false"):
-    """Model, tokenizers and the function that prepares (source, target) lines for it: lowercasing when
-    ``lowercase=true``, or ``auto`` and the checkpoint's ``data.normalize.lowercase`` is on (tokens unchanged,
-    so gold word positions stay valid; nmt.normalize)."""
+def load_aligner(path: str | Path, device: str | torch.device = "cpu", lowercase: str = "auto"):
+    """A model to align with, from a checkpoint or a run folder (its ``checkpoints/best.pt``).
+
+    Returns:
+        ``(model, src_tok, tgt_tok, prepare, (src_lang, tgt_lang))``; ``prepare(lines)`` applies the
+        token-preserving part of the checkpoint's ``data.normalize`` (nmt.normalize.Normalizer.keep_tokens:
+        lowercasing) when ``lowercase="auto"`` and it was on, always for ``"true"``, never for ``"false"``, so
+        gold word positions stay valid.
+    Raises:
+        FileNotFoundError / nmt.checkpoint.CheckpointError, as :func:`nmt.checkpoint.load`.
+    """
     path = Path(path)
     if path.is_dir() and (path / "checkpoints" / "best.pt").is_file():  # a run folder
         path = path / "checkpoints" / "best.pt"
     model, cfg, src_tok, tgt_tok, _ = checkpoint.load(path, map_location=device)
-    node = cfg.data.get("normalize") or {}
-    lower = lowercase == "true" or (lowercase == "auto" and bool(node.get("lowercase", False)))
-    prepare = (lambda lines: [line.lower() for line in lines]) if lower else (lambda x: x)
-    return model, src_tok, tgt_tok, prepare, (str(cfg.data.src_lang), str(cfg.data.tgt_lang))
+    lower = lowercase == "true" or (lowercase == "auto" and Normalizer.from_config(
+        cfg.data.get("normalize"), cfg.data.src_lang).lowercase)
+    normalizer = Normalizer(cfg.data.src_lang, lowercase=lower)
+    return (model, src_tok, tgt_tok, lambda lines: normalizer.lines(lines, keep_tokens=True),
+            (str(cfg.data.src_lang), str(cfg.data.tgt_lang)))
 
 
 def run(opts: dict) -> list[str]:
@@ -278,13 +287,13 @@ def run(opts: dict) -> list[str]:
     sources, targets = read_lines(opts["src"]), read_lines(opts["tgt"])
     if len(sources) != len(targets):
         raise ValueError(f"{opts['src']} has {len(sources)} lines but {opts['tgt']} has {len(targets)}")
-    model, src_tok, tgt_tok, prepare, langs = _load(opts["checkpoint"], device, opts["lowercase"])
+    model, src_tok, tgt_tok, prepare, langs = load_aligner(opts["checkpoint"], device, opts["lowercase"])
     forward = force_align(model, src_tok, tgt_tok, prepare(sources), prepare(targets), opts["batch_size"], device)
     del model
     extract = {"threshold": opts["threshold"], "shift": opts["shift"], "temperature": opts["temperature"]}
     if opts["reverse_checkpoint"]:
-        r_model, r_src_tok, r_tgt_tok, r_prepare, r_langs = _load(opts["reverse_checkpoint"], device,
-                                                                   opts["lowercase"])
+        r_model, r_src_tok, r_tgt_tok, r_prepare, r_langs = load_aligner(opts["reverse_checkpoint"], device,
+                                                                          opts["lowercase"])
         if r_langs != langs[::-1]:
             raise ValueError(f"reverse_checkpoint={opts['reverse_checkpoint']} translates {r_langs[0]}->{r_langs[1]}, "
                              f"but checkpoint={opts['checkpoint']} translates {langs[0]}->{langs[1]}: the reverse "

@@ -130,11 +130,8 @@ def load_splits(data_cfg) -> dict[str, Parallel]:
                   for name, split in splits.items()}
     for extra in data_cfg.get("extra_train") or []:
         more = read_extra(extra, data_cfg.src_lang, data_cfg.tgt_lang)
-        if extra.get("pretokenized"):  # already in the gold convention: only the token-preserving part
-            more = Parallel(more.name, [src_norm.keep_tokens(line) for line in more.src],
-                            [tgt_norm.keep_tokens(line) for line in more.tgt])
-        else:
-            more = Parallel(more.name, src_norm.lines(more.src), tgt_norm.lines(more.tgt))
+        keep = bool(extra.get("pretokenized"))  # already in the gold convention: only the token-preserving part
+        more = Parallel(more.name, src_norm.lines(more.src, keep), tgt_norm.lines(more.tgt, keep))
         train = splits["train"]
         splits["train"] = Parallel("train", train.src + more.src, train.tgt + more.tgt)
         log.info("training data + %s: %d pairs x %d", more.name, len(more) // max(1, extra.get("repeat", 1)),
@@ -192,14 +189,12 @@ def read_extra(extra, src_lang: str, tgt_lang: str) -> Parallel:
             raise DataError(f"data.extra_train entry {dict(paths)} has no file for {missing}: name one file per "
                             f"language ({src_lang}: FILE, {tgt_lang}: FILE)")
         pairs = read_parallel(str(paths[src_lang]), paths[src_lang], paths[tgt_lang])
-        name = str(paths[src_lang])
     elif extra.get("tsv"):
         pairs = read_table(extra["tsv"], list(extra.get("columns") or []), src_lang, tgt_lang,
                            extra.get("separator") or "\t")
-        name = str(extra["tsv"])
     else:
         raise DataError(f"data.extra_train entry {dict(extra)} needs paths: {{LANG: FILE, ...}} or tsv: FILE")
-    return Parallel(name, pairs.src * repeat, pairs.tgt * repeat)
+    return Parallel(pairs.name, pairs.src * repeat, pairs.tgt * repeat)
 
 
 def encode_pairs(split: Parallel, src_tok, tgt_tok, max_len: int | None = None, sample_alpha: float = 0.0,

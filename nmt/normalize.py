@@ -88,9 +88,11 @@ class Normalizer:
         """The token-preserving part (lowercasing only), for pre-tokenized gold sentences."""
         return line.lower() if self.lowercase else line
 
-    def lines(self, lines: list[str]) -> list[str]:
-        """Normalize many lines (same count, same order)."""
-        return [self(line) for line in lines] if self.active else lines
+    def lines(self, lines: list[str], keep_tokens: bool = False) -> list[str]:
+        """Normalize many lines (same count, same order); ``keep_tokens`` applies only :meth:`keep_tokens`."""
+        if not self.active:
+            return lines
+        return [self.keep_tokens(line) if keep_tokens else self(line) for line in lines]
 
 
 def _decontract(token: str) -> str:

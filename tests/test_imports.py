@@ -28,7 +28,7 @@ ALLOWED = {
     "evaluate": {"alignment", "data", "search", "textio", "tokenizer"},
     "training": {"average", "checkpoint", "data", "evaluate", "plot", "tokenizer"},
     "average": {"checkpoint"},
-    "align": {"alignment", "checkpoint", "data", "evaluate", "search", "textio", "tokenizer"},
+    "align": {"alignment", "checkpoint", "data", "evaluate", "normalize", "search", "textio", "tokenizer"},
 }
 CONFIG_LIBRARIES = {"hydra", "omegaconf"}
 # third-party libraries of the leaves (stdlib aside): the leaves stay light and independent
