@@ -20,7 +20,7 @@ so pre-tokenized gold sets keep their word indices (a line where the counts diff
 Command line (key=value, like translate.py, but parsed here without Hydra)::
 
     python -m nmt.align checkpoint=PATH|RUN_DIR src=FILE tgt=FILE out=FILE.align [matrices=FILE.npz]
-                        [method=argmax_target|argmax_source|threshold] [threshold=0.3] [shift=0|1]
+                        [method=argmax_target|argmax_source|threshold] [threshold=0.3] [shift=0]
                         [temperature=1.0] [lowercase=auto|true|false]
                         [reverse_checkpoint=PATH [method=grow-diag-final-and|intersection|union|...]
                          [direction_method=argmax_target]
@@ -182,7 +182,7 @@ def word_counts(translation: Translation) -> tuple[int, int]:
 # ----------------------------------------------------------------------------------------------- command line
 
 USAGE = ("usage: python -m nmt.align checkpoint=PATH src=FILE tgt=FILE out=FILE.align [matrices=FILE.npz] "
-         "[method=argmax_target|argmax_source|threshold] [threshold=0.3] [shift=0|1] [temperature=1.0] "
+         "[method=argmax_target|argmax_source|threshold] [threshold=0.3] [shift=0] [temperature=1.0] "
          "[lowercase=auto|true|false] [reverse_checkpoint=PATH method=grow-diag-final-and|intersection|union|"
          "grow-diag|grow-diag-final direction_method=argmax_target | reverse_checkpoint=PATH combine=product|mean] "
          "[batch_size=64] [device=auto]")
@@ -338,6 +338,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
+    alignments = read_lines(opts["out"])
+    print(f"wrote {opts['out']}: {len(alignments)} sentence pairs, {sum(len(a.split()) for a in alignments)} links"
+          + (f"; matrices in {opts['matrices']}" if opts["matrices"] else ""), file=sys.stderr)
     return 0
 
 

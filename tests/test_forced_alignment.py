@@ -127,6 +127,8 @@ def test_cli_writes_one_pharaoh_line_per_input_line(trained, reverse, sources, r
 
     lines = (tmp_path / "a.align").read_text(encoding="utf-8").split("\n")
     assert lines[-1] == "" and len(lines) - 1 == len(src_lines)
+    n_links = sum(len(line.split()) for line in lines)
+    assert f"a.align: 4 sentence pairs, {n_links} links; matrices in" in capsys.readouterr().err
     assert lines[1] == ""
     for i in (0, 2, 3):
         n_src, n_tgt = len(src_lines[i].split()), len(tgt_lines[i].split())
