@@ -21,7 +21,7 @@ import pytest
 import sacrebleu
 import torch
 
-from nmt import checkpoint
+from nmt import checkpoint, curves
 from nmt.alignment import words_from_pieces
 
 EVAL_LIMIT = 100
@@ -120,6 +120,18 @@ def test_metrics(run_dir):
     assert records[-1]["valid_loss"] < records[0]["valid_loss"]
     assert records[-1]["train_loss"] < records[0]["train_loss"]
     assert [r["elapsed_sec"] for r in records] == sorted(r["elapsed_sec"] for r in records)
+
+
+def test_learning_curves_of_the_run(run_dir, tmp_path):
+    """python -m nmt.curves reads the run's metrics.jsonl: one point per validation, the best one is best.pt's."""
+    out = tmp_path / "curves.png"
+    result = run(["-m", "nmt.curves", str(run_dir), "--out", str(out)], cwd=run_dir)
+    steps = list(range(VALID_EVERY, MAX_STEPS + 1, VALID_EVERY))
+    assert result.stdout.decode().count("\n") >= len(steps) + 3 and out.stat().st_size > 10_000
+    curve = curves.read_curve(run_dir)
+    assert curve.column("step") == steps
+    best_step = torch.load(run_dir / "checkpoints" / "best.pt", weights_only=True)["progress"]["best_step"]
+    assert curve.best()["step"] == best_step
 
 
 def test_checkpoints(run_dir):
