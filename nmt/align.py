@@ -280,9 +280,10 @@ def load_aligner(path: str | Path, device: str | torch.device = "cpu", lowercase
             (str(cfg.data.src_lang), str(cfg.data.tgt_lang)))
 
 
-def run(opts: dict) -> list[str]:
+def run(opts: dict) -> tuple[list[str], list[str]]:
     """Align ``opts["src"]``/``opts["tgt"]`` as :func:`parse_args` describes; write ``out`` (and
-    ``matrices``); return warnings (lines whose merged word counts differ from their whitespace tokens)."""
+    ``matrices``); return the Pharaoh lines written and warnings (lines whose merged word counts differ from
+    their whitespace tokens)."""
     device = checkpoint.pick_device(opts["device"])
     sources, targets = read_lines(opts["src"]), read_lines(opts["tgt"])
     if len(sources) != len(targets):
@@ -317,10 +318,10 @@ def run(opts: dict) -> list[str]:
     mismatched = [i + 1 for i, t in enumerate(forward)
                   if t.hyp_pieces and word_counts(t) != (len(sources[i].split()), len(targets[i].split()))]
     if not mismatched:
-        return []
+        return lines, []
     shown = ", ".join(map(str, mismatched[:10])) + (", ..." if len(mismatched) > 10 else "")
-    return [(f"{len(mismatched)} line(s) where the subword words differ from the whitespace tokens, so word "
-             f"indices may not match the input's: {shown}")]
+    return lines, [(f"{len(mismatched)} line(s) where the subword words differ from the whitespace tokens, so "
+                    f"word indices may not match the input's: {shown}")]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -332,14 +333,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}\n{USAGE}", file=sys.stderr)
         return 2
     try:
-        warnings = run(opts)
+        lines, warnings = run(opts)
     except (OSError, ValueError) as err:  # CheckpointError and TextFileError are ValueErrors
         print(f"error: {err}", file=sys.stderr)
         return 1
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    alignments = read_lines(opts["out"])
-    print(f"wrote {opts['out']}: {len(alignments)} sentence pairs, {sum(len(a.split()) for a in alignments)} links"
+    print(f"wrote {opts['out']}: {len(lines)} sentence pairs, {sum(len(line.split()) for line in lines)} links"
           + (f"; matrices in {opts['matrices']}" if opts["matrices"] else ""), file=sys.stderr)
     return 0
 
