@@ -84,18 +84,68 @@ def validation_loss(model, pairs, batch_tokens: int, device) -> float:
     return total / max(tokens, 1)
 
 
+class BudgetDecay:
+    """Linear learning-rate decay over the training budget (Li et al. 2020, "Budgeted Training: Rethinking Deep
+    Neural Network Training Under Resource Constraints", ICLR, the linear schedule of §3): the rate stays at
+    ``lr`` until the fraction ``start`` of the budget is used, then falls linearly to ``min_lr`` at its end.
+
+    The budget is ``train.max_minutes`` (training wall time, validation included) and/or ``train.max_steps``;
+    with both, the one closer to its end counts. The rate is a function of the step and the elapsed time only,
+    so a resumed run continues on the same schedule (no state to save).
+
+    Raises ValueError when neither budget is set or ``start`` is outside [0, 1).
+    """
+
+    def __init__(self, optimizer, t):
+        if not t.get("max_minutes") and not t.get("max_steps"):
+            raise ValueError("train.lr_scheduler=budget decays the rate over the training budget: set "
+                             "train.max_minutes and/or train.max_steps (or use lr_scheduler=plateau)")
+        self.start = float(t.get("lr_decay_start") or 0.0)
+        if not 0.0 <= self.start < 1.0:
+            raise ValueError(f"train.lr_decay_start is the fraction of the budget before the decay begins and must "
+                             f"be in [0, 1), got {self.start}")
+        self.optimizer, self.lr, self.min_lr = optimizer, float(t.lr), float(t.min_lr or 0.0)
+        self.max_steps, self.max_seconds = t.get("max_steps"), 60.0 * (t.get("max_minutes") or 0)
+
+    def used(self, step: int, elapsed_sec: float) -> float:
+        """The fraction of the budget used, in [0, 1]."""
+        fractions = [step / self.max_steps] if self.max_steps else []
+        fractions += [elapsed_sec / self.max_seconds] if self.max_seconds else []
+        return min(max(fractions), 1.0)
+
+    def rate(self, step: int, elapsed_sec: float) -> float:
+        """The learning rate after ``step`` updates and ``elapsed_sec`` seconds of training."""
+        decay = max(self.used(step, elapsed_sec) - self.start, 0.0) / (1.0 - self.start)
+        return self.lr + (self.min_lr - self.lr) * decay
+
+    def update(self, step: int, elapsed_sec: float) -> None:
+        """Set the rate of every parameter group for the next update."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.rate(step, elapsed_sec)
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
 def make_optimizer(model, cfg):
-    """Adam (PyTorch's fused kernel: one pass over all parameters) and the configured learning-rate schedule
-    (``plateau``: multiply by lr_factor on no validation-BLEU gain; ``constant``)."""
+    """Adam (PyTorch's fused kernel: one pass over all parameters) and the configured learning-rate schedule:
+    ``plateau`` (multiply by lr_factor when validation BLEU stops rising), ``budget`` (:class:`BudgetDecay`,
+    linear decay over max_minutes / max_steps) or ``constant``. Raises ValueError for another name."""
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, fused=True)
     if cfg.train.lr_scheduler == "plateau":
         scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
             optimizer, mode="max", factor=cfg.train.lr_factor, patience=cfg.train.lr_patience,
             min_lr=cfg.train.min_lr)
+    elif cfg.train.lr_scheduler == "budget":
+        scheduler = BudgetDecay(optimizer, cfg.train)
     elif cfg.train.lr_scheduler == "constant":
         scheduler = None
     else:
-        raise ValueError(f"train.lr_scheduler must be 'plateau' or 'constant', got {cfg.train.lr_scheduler!r}")
+        raise ValueError(f"train.lr_scheduler must be 'plateau', 'budget' or 'constant', "
+                         f"got {cfg.train.lr_scheduler!r}")
     return optimizer, scheduler
 
 
@@ -243,6 +293,8 @@ def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid
         while True:
             for batch in iterate_batches(epoch_pairs(progress.epoch), t.batch_tokens, shuffle=True, seed=cfg.seed + progress.epoch,
                                          skip=progress.batch_in_epoch):
+                if isinstance(scheduler, BudgetDecay):
+                    scheduler.update(progress.step, time.monotonic() - start)
                 loss, ntok = train_step(model, optimizer, batch.to(device), t)
                 progress.step += 1
                 progress.batch_in_epoch += 1
@@ -318,7 +370,7 @@ def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, tok
         progress.best_bleu, progress.best_step, progress.bad_validations = bleu, progress.step, 0
     else:
         progress.bad_validations += 1
-    if scheduler is not None:
+    if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
         scheduler.step(bleu)
     save_state(run_dir / "checkpoints" / "last.pt", cfg, model, optimizer, scheduler, toks, progress)
     if improved:

@@ -1,0 +1,64 @@
+"""Learning-rate schedules: the budget (linear) decay by hand, its errors, and on a real tiny training run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from nmt.training import BudgetDecay, make_optimizer, train
+from tests.test_resume import TINY
+
+
+def budget(**train):
+    t = OmegaConf.create({"lr": 1e-3, "min_lr": 1e-5, "max_steps": None, "max_minutes": None, **train})
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=t.lr)
+    return BudgetDecay(optimizer, t), optimizer
+
+
+def test_linear_from_lr_to_min_lr_over_the_step_budget():
+    schedule, _ = budget(max_steps=100)
+    assert schedule.rate(0, 0.0) == pytest.approx(1e-3)
+    assert schedule.rate(50, 0.0) == pytest.approx((1e-3 + 1e-5) / 2)
+    assert schedule.rate(100, 0.0) == pytest.approx(1e-5)
+    assert schedule.rate(250, 0.0) == pytest.approx(1e-5)  # past the budget: stays at min_lr
+
+
+def test_time_budget_and_the_closer_of_two_budgets_counts():
+    schedule, _ = budget(max_minutes=10)
+    assert schedule.rate(10**6, 150.0) == pytest.approx(1e-3 - 0.25 * (1e-3 - 1e-5))  # 2.5 of 10 minutes
+    both, _ = budget(max_minutes=10, max_steps=1000)
+    assert both.used(100, 300.0) == pytest.approx(0.5)  # time is closer to its end than steps
+    assert both.used(900, 300.0) == pytest.approx(0.9)
+
+
+def test_decay_start_keeps_the_rate_then_decays_over_the_rest():
+    schedule, optimizer = budget(max_steps=100, lr_decay_start=0.6)
+    assert schedule.rate(60, 0.0) == pytest.approx(1e-3)
+    assert schedule.rate(80, 0.0) == pytest.approx((1e-3 + 1e-5) / 2)
+    schedule.update(80, 0.0)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx((1e-3 + 1e-5) / 2)
+
+
+def test_errors_say_what_to_set():
+    with pytest.raises(ValueError, match="max_minutes and/or train.max_steps"):
+        budget()
+    with pytest.raises(ValueError, match=r"lr_decay_start .* \[0, 1\)"):
+        budget(max_steps=10, lr_decay_start=1.0)
+
+
+def test_unknown_scheduler_is_refused(compose_cfg):
+    with pytest.raises(ValueError, match="'plateau', 'budget' or 'constant'"):
+        make_optimizer(torch.nn.Linear(2, 2), compose_cfg(["train.lr_scheduler=cosine"]))
+
+
+def test_budget_schedule_on_a_real_training_run(compose_cfg, tmp_path):
+    """Each validation logs the rate of the update just made: step s used rate(s - 1), linear in s."""
+    steps = 12
+    train(compose_cfg([*TINY, f"train.max_steps={steps}", "train.valid_every=4", "train.lr_scheduler=budget",
+                       "train.lr=0.002", "train.min_lr=0.0", "train.keep_best=0"]), tmp_path)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [4, 8, 12]
+    assert [r["lr"] for r in records] == pytest.approx([0.002 * (1 - (s - 1) / steps) for s in (4, 8, 12)])
