@@ -124,10 +124,11 @@ class BudgetDecay:
             group["lr"] = self.rate(step, elapsed_sec)
 
     def state_dict(self) -> dict:
+        """Empty: the rate follows from the step and elapsed time that the checkpoint's progress keeps."""
         return {}
 
     def load_state_dict(self, state: dict) -> None:
-        pass
+        """Nothing to restore (see :meth:`state_dict`)."""
 
 
 def make_optimizer(model, cfg):
