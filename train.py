@@ -12,7 +12,7 @@ from nmt.training import train
 def main(cfg: DictConfig) -> float:
     """Run one training job in Hydra's output directory; returns the best validation BLEU (for sweeps)."""
     absolute_paths(cfg, TRAIN_PATHS)
-    metrics = train(cfg, HydraConfig.get().runtime.output_dir)
+    metrics = train(cfg, HydraConfig.get().runtime.output_dir, list(HydraConfig.get().overrides.task))
     return metrics["valid_bleu"]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import shlex
 import signal
 import threading
 import time
@@ -90,20 +91,17 @@ class BudgetDecay:
     ``lr`` until the fraction ``start`` of the budget is used, then falls linearly to ``min_lr`` at its end.
 
     The budget is ``train.max_minutes`` (training wall time, validation included) and/or ``train.max_steps``;
-    with both, the one closer to its end counts. The rate is a function of the step and the elapsed time only,
-    so a resumed run continues on the same schedule (no state to save).
+    with both, the one closer to its end counts. The update after step k of a K-step budget uses
+    ``lr - (lr - min_lr) k / K`` (so the last one is within (lr - min_lr) / K of min_lr; ``min_lr: null`` decays
+    towards 0). The rate is a function of the step and the elapsed time only, so a resumed run with the same
+    budget continues on the same schedule (no state to save); a changed budget moves the rate at once.
 
-    Raises ValueError when neither budget is set or ``start`` is outside [0, 1).
+    Raises ValueError for the settings :func:`check_schedule` refuses.
     """
 
     def __init__(self, optimizer, t):
-        if not t.get("max_minutes") and not t.get("max_steps"):
-            raise ValueError("train.lr_scheduler=budget decays the rate over the training budget: set "
-                             "train.max_minutes and/or train.max_steps (or use lr_scheduler=plateau)")
+        check_schedule(t)
         self.start = float(t.get("lr_decay_start") or 0.0)
-        if not 0.0 <= self.start < 1.0:
-            raise ValueError(f"train.lr_decay_start is the fraction of the budget before the decay begins and must "
-                             f"be in [0, 1), got {self.start}")
         self.optimizer, self.lr, self.min_lr = optimizer, float(t.lr), float(t.min_lr or 0.0)
         self.max_steps, self.max_seconds = t.get("max_steps"), 60.0 * (t.get("max_minutes") or 0)
 
@@ -131,6 +129,34 @@ class BudgetDecay:
         """Nothing to restore (see :meth:`state_dict`)."""
 
 
+SCHEDULERS = ("plateau", "budget", "constant")
+
+
+def check_schedule(t) -> None:
+    """Check the learning-rate settings of ``cfg.train`` before any work is done.
+
+    Raises:
+        ValueError: for an unknown ``lr_scheduler``; for ``budget`` without a positive ``max_minutes`` or
+            ``max_steps``, with ``lr_decay_start`` not a number in [0, 1), or with ``min_lr`` above ``lr``.
+    """
+    if t.lr_scheduler not in SCHEDULERS:
+        raise ValueError(f"train.lr_scheduler must be 'plateau', 'budget' or 'constant', got {t.lr_scheduler!r}")
+    start = t.get("lr_decay_start") or 0.0
+    if t.lr_scheduler != "budget":
+        if start:
+            log.warning("train.lr_decay_start=%s is ignored: it applies to train.lr_scheduler=budget only", start)
+        return
+    if not (t.get("max_minutes") or 0) > 0 and not (t.get("max_steps") or 0) > 0:
+        raise ValueError("train.lr_scheduler=budget decays the rate over the training budget: set a positive "
+                         "train.max_minutes and/or train.max_steps (or use train.lr_scheduler=plateau)")
+    if isinstance(start, bool) or not isinstance(start, (int, float)) or not 0.0 <= start < 1.0:
+        raise ValueError(f"train.lr_decay_start is the fraction of the budget spent at the full rate before the "
+                         f"decay begins: a number in [0, 1), got {start!r}")
+    if (t.get("min_lr") or 0.0) > t.lr:
+        raise ValueError(f"train.min_lr={t.min_lr} is above train.lr={t.lr}: the budget schedule decays from lr "
+                         f"to min_lr, so min_lr must be smaller")
+
+
 def make_optimizer(model, cfg):
     """Adam (PyTorch's fused kernel: one pass over all parameters) and the configured learning-rate schedule:
     ``plateau`` (multiply by lr_factor when validation BLEU stops rising), ``budget`` (:class:`BudgetDecay`,
@@ -145,16 +171,17 @@ def make_optimizer(model, cfg):
     elif cfg.train.lr_scheduler == "constant":
         scheduler = None
     else:
-        raise ValueError(f"train.lr_scheduler must be 'plateau', 'budget' or 'constant', "
-                         f"got {cfg.train.lr_scheduler!r}")
+        check_schedule(cfg.train)  # raises for the unknown name
     return optimizer, scheduler
 
 
-def train(cfg, run_dir: str | Path) -> dict:
+def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = ()) -> dict:
     """Train, validate and evaluate one model as configured; return the final metrics.
 
     Resumes from ``cfg.train.resume`` (a checkpoint path), or from ``run_dir/checkpoints/last.pt`` when the
     run directory already holds one; the model, tokenizers and architecture then come from the checkpoint.
+    ``overrides``: the command line's ``key=value`` overrides, repeated in the resume command printed after
+    an interruption.
 
     Returns:
         a dict with ``valid_bleu`` (best greedy validation BLEU), per-split test/valid BLEU and chrF for
@@ -162,6 +189,7 @@ def train(cfg, run_dir: str | Path) -> dict:
         training stopped). After SIGINT/SIGTERM there is no final evaluation and ``interrupted`` is True.
     """
     run_dir = Path(run_dir)
+    check_schedule(cfg.train)  # before the corpus and tokenizers: a bad setting fails at once
     torch.manual_seed(cfg.seed)
     if cfg.get("threads"):
         torch.set_num_threads(cfg.threads)
@@ -199,8 +227,12 @@ def train(cfg, run_dir: str | Path) -> dict:
         torch.set_rng_state(payload["rng"]["torch"].cpu())
         log.info("resumed at step %d (epoch %d, batch %d of that epoch)", progress.step, progress.epoch,
                  progress.batch_in_epoch)
+        if isinstance(scheduler, BudgetDecay):
+            log.info("budget schedule: %.0f%% of the budget used, learning rate %.3g from here",
+                     100 * scheduler.used(progress.step, progress.train_seconds),
+                     scheduler.rate(progress.step, progress.train_seconds))
     stop = train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, splits["valid"],
-                      (src_tok, tgt_tok), run_dir, device, progress)
+                      (src_tok, tgt_tok), run_dir, device, progress, overrides)
     results = {"valid_bleu": progress.best_bleu, "steps": progress.step,
                "train_minutes": progress.train_seconds / 60, "run_dir": str(run_dir), "stopped": stop}
     if stop.startswith("interrupted"):
@@ -210,19 +242,37 @@ def train(cfg, run_dir: str | Path) -> dict:
     return results
 
 
+SCHEDULE_KEYS = ("lr_scheduler", "lr", "min_lr", "lr_factor", "lr_patience", "lr_decay_start", "max_steps",
+                 "max_minutes")
+
+
 def resume_from(path, cfg, run_dir: Path, device):
     """Model, tokenizers and data config from a checkpoint to resume; its SentencePiece models are copied to
     ``run_dir/spm``.
 
     The architecture and the corpus (``data``, with its paths already absolute) come from the checkpoint's own
     config, so a resumed run trains on the same data; a different one on the command line is ignored with a
-    warning. Returns ``(model, src_tok, tgt_tok, payload, data_cfg)``.
+    warning, and so does a changed learning-rate schedule. Resuming into another run folder copies the
+    checkpoint's ``best.pt`` and ``step_N.pt`` along, so the final evaluation and averaging still see them.
+    Returns ``(model, src_tok, tgt_tok, payload, data_cfg)``.
     """
     model, ckpt_cfg, src_tok, tgt_tok, payload = checkpoint.load(path, device)
     for key in ("model", "attention", "decoder", "tokenizer", "data"):
         if ckpt_cfg.get(key) != cfg.get(key):
             log.warning("resuming %s: %s comes from the checkpoint (%s), not from the command line (%s)",
                         path, key, ckpt_cfg.get(key), cfg.get(key))
+    for key in SCHEDULE_KEYS:
+        before, now = ckpt_cfg.train.get(key), cfg.train.get(key)
+        if before != now:
+            log.warning("resuming %s: train.%s was %s when it was saved and is %s now; the learning-rate schedule "
+                        "changes from here (repeat the original train.* settings to continue it unchanged)",
+                        path, key, before, now)
+    source_dir, target_dir = Path(path).resolve().parent, (run_dir / "checkpoints").resolve()
+    if source_dir != target_dir:  # resuming into a new folder: bring the best checkpoints along
+        target_dir.mkdir(parents=True, exist_ok=True)
+        for kept in [source_dir / "best.pt", *sorted(source_dir.glob("step_*.pt"))]:
+            if kept.is_file() and not (target_dir / kept.name).exists():
+                checkpoint.write_payload(target_dir / kept.name, checkpoint.load_payload(kept))
     spm_dir = run_dir / "spm"
     spm_dir.mkdir(parents=True, exist_ok=True)
     for name, tok in (("src", src_tok), ("tgt", tgt_tok)):
@@ -269,7 +319,7 @@ def train_step(model, optimizer, batch, t) -> tuple[float, int]:
 
 
 def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid: Parallel, toks, run_dir, device,
-               progress: Progress) -> str:
+               progress: Progress, overrides=()) -> str:
     """Update until max_steps / max_epochs / max_minutes / early stopping / a signal; validate every
     ``valid_every`` steps and at the stop. Batches of epoch e come from seed ``cfg.seed + e``, so a resumed
     run skips the batches already seen and continues with the same order. ``epoch_pairs(epoch)`` gives the
@@ -306,7 +356,7 @@ def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid
                 if flag["signal"]:
                     bar.close()
                     return interrupted(cfg, model, optimizer, scheduler, toks, run_dir, progress, flag["signal"],
-                                       time.monotonic() - start)
+                                       time.monotonic() - start, overrides)
                 stop = check(stop_reason(t, progress, time.monotonic() - start))
                 if stop:
                     break
@@ -321,17 +371,23 @@ def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid
     bar.close()
     log.info("training stopped after %d steps (%d epochs, %.1f min): %s", progress.step, progress.epoch,
              progress.train_seconds / 60, stop)
+    if isinstance(scheduler, BudgetDecay) and scheduler.used(progress.step, progress.train_seconds) < 1.0:
+        log.warning("training stopped (%s) after %.0f%% of the learning-rate budget, at rate %.3g instead of "
+                    "min_lr: set train.max_epochs=null / train.patience=null to let the decay finish", stop,
+                    100 * scheduler.used(progress.step, progress.train_seconds), optimizer.param_groups[0]["lr"])
     return stop
 
 
 def interrupted(cfg, model, optimizer, scheduler, toks, run_dir: Path, progress: Progress, name: str,
-                elapsed: float) -> str:
-    """Save ``last.pt`` after a signal and say how to resume; returns the stop reason."""
+                elapsed: float, overrides=()) -> str:
+    """Save ``last.pt`` after a signal and print the command that resumes (the run's own command-line
+    ``overrides`` repeated, so its budget and schedule carry over); returns the stop reason."""
     progress.train_seconds = elapsed
     save_state(run_dir / "checkpoints" / "last.pt", cfg, model, optimizer, scheduler, toks, progress)
     last = (run_dir / "checkpoints" / "last.pt").resolve()
-    log.warning("%s: stopped at step %d and saved %s. Resume with:\n  python train.py train.resume=%s "
-                "hydra.run.dir=%s", name, progress.step, last, last, run_dir.resolve())
+    keep = [o for o in overrides if not o.startswith(("hydra.run.dir=", "train.resume="))]
+    log.warning("%s: stopped at step %d and saved %s. Resume with:\n  python train.py %s", name, progress.step,
+                last, shlex.join([*keep, f"train.resume={last}", f"hydra.run.dir={run_dir.resolve()}"]))
     return f"interrupted by {name}"
 
 

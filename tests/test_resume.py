@@ -77,6 +77,8 @@ def test_sigint_finishes_the_step_saves_last_and_says_how_to_resume(repo_root, t
     output = stdout.decode() + stderr.decode()  # Hydra's console log goes to stdout
     assert proc.returncode == 0, output[-3000:]
     assert "train.resume=" in output and "SIGINT" in output
+    command = next(line for line in output.splitlines() if "python train.py" in line)
+    assert "train.valid_every=3 train.max_steps=100000" in command, command  # the run's own settings carry over
     payload = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
     step = payload["progress"]["step"]
     assert step >= 3

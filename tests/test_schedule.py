@@ -13,7 +13,8 @@ from tests.test_resume import TINY
 
 
 def budget(**train):
-    t = OmegaConf.create({"lr": 1e-3, "min_lr": 1e-5, "max_steps": None, "max_minutes": None, **train})
+    t = OmegaConf.create({"lr_scheduler": "budget", "lr": 1e-3, "min_lr": 1e-5, "max_steps": None,
+                          "max_minutes": None, **train})
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=t.lr)
     return BudgetDecay(optimizer, t), optimizer
 
@@ -42,11 +43,17 @@ def test_decay_start_keeps_the_rate_then_decays_over_the_rest():
     assert optimizer.param_groups[0]["lr"] == pytest.approx((1e-3 + 1e-5) / 2)
 
 
-def test_errors_say_what_to_set():
-    with pytest.raises(ValueError, match="max_minutes and/or train.max_steps"):
-        budget()
-    with pytest.raises(ValueError, match=r"lr_decay_start .* \[0, 1\)"):
-        budget(max_steps=10, lr_decay_start=1.0)
+@pytest.mark.parametrize(("settings", "message"), [
+    ({}, "set a positive train.max_minutes and/or train.max_steps"),
+    ({"max_steps": 0}, "set a positive train.max_minutes and/or train.max_steps"),
+    ({"max_steps": 10, "lr_decay_start": 1.0}, r"lr_decay_start .* a number in \[0, 1\), got 1.0"),
+    ({"max_steps": 10, "lr_decay_start": -0.1}, r"a number in \[0, 1\), got -0.1"),
+    ({"max_steps": 10, "lr_decay_start": "abc"}, r"a number in \[0, 1\), got 'abc'"),
+    ({"max_steps": 10, "min_lr": 0.01}, "min_lr=0.01 is above train.lr=0.001"),
+])
+def test_errors_say_what_to_set(settings, message):
+    with pytest.raises(ValueError, match=message):
+        budget(**settings)
 
 
 def test_unknown_scheduler_is_refused(compose_cfg):
@@ -62,3 +69,31 @@ def test_budget_schedule_on_a_real_training_run(compose_cfg, tmp_path):
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [4, 8, 12]
     assert [r["lr"] for r in records] == pytest.approx([0.002 * (1 - (s - 1) / steps) for s in (4, 8, 12)])
+
+
+def test_a_bad_schedule_fails_before_any_work(compose_cfg, tmp_path):
+    """Checked before the corpus is read and the tokenizers trained: nothing is left in the run folder."""
+    with pytest.raises(ValueError, match="lr_decay_start"):
+        train(compose_cfg([*TINY, "train.max_steps=4", "train.lr_scheduler=budget", "train.lr_decay_start=2"]),
+              tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_stopping_before_the_budget_ends_and_a_changed_budget_on_resume_are_reported(compose_cfg, tmp_path, caplog):
+    """Also: a run resumed into a new folder that never beats the old best still has best.pt to evaluate."""
+    first, resumed = tmp_path / "first", tmp_path / "resumed"
+    caplog.set_level("INFO", logger="nmt.training")
+    train(compose_cfg([*TINY, "train.max_steps=4", "train.lr_scheduler=budget", "train.keep_best=0"]), first)
+    assert "after 100% of the learning-rate budget" not in caplog.text
+    caplog.clear()
+    train(compose_cfg([*TINY, "train.max_steps=8", "train.lr_scheduler=budget", "train.keep_best=0",
+                       f"train.resume={first}/checkpoints/last.pt"]), resumed)
+    assert "train.max_steps was 4 when it was saved and is 8 now" in caplog.text
+    assert "budget schedule: 50% of the budget used" in caplog.text
+    assert (resumed / "checkpoints" / "best.pt").is_file() and (resumed / "eval" / "test.hyp").is_file()
+    caplog.clear()
+    small = [o if not o.startswith("data.train_limit=") else "data.train_limit=150" for o in TINY]
+    train(compose_cfg([*small, "train.max_steps=1000", "train.max_epochs=1", "train.lr_scheduler=budget",
+                       "train.valid_every=1000", "train.keep_best=0"]), tmp_path / "epoch")
+    warning = next(r.getMessage() for r in caplog.records if "of the learning-rate budget" in r.getMessage())
+    assert "max_epochs=1 reached" in warning and "max_epochs=null" in warning
