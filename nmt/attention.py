@@ -129,9 +129,10 @@ class Additive(Attention):
         return self.U_a(keys)  # [B, S, A]
 
     def score(self, query, prepared):
-        energy = prepared + self.W_a(query).unsqueeze(1)  # [B, S, A]
-        energy = torch.tanh(energy) if torch.is_grad_enabled() else energy.tanh_()  # in place when decoding
-        return torch.matmul(energy, self.v_a.weight.squeeze(0))  # [B, S]
+        energy = prepared + self.W_a(query).unsqueeze(1)  # [B, S, A], a fresh tensor
+        # tanh in place: the sum's backward needs neither its inputs nor its output, and tanh's backward uses
+        # only its output, so autograd allows it; one [B, S, A] tensor less per decoder step.
+        return torch.matmul(energy.tanh_(), self.v_a.weight.squeeze(0))  # [B, S]
 
 
 SCORES = {"dot": Dot, "general": General, "additive": Additive}

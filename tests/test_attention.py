@@ -277,3 +277,13 @@ def test_local_p_centre_is_trained_through_the_gaussian():
     weights.sum().backward()
     assert float(att.v_p.weight.grad.abs().sum()) > 0
     assert float(att.W_p.weight.grad.abs().sum()) > 0
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_gradients_match_finite_differences(name):
+    """torch.autograd.gradcheck in float64 through query, keys and the prepared keys (additive's in-place tanh
+    must not corrupt what its backward reads)."""
+    att = make(name).double()
+    query, keys, mask = make_batch(LENGTHS)
+    query, keys = query.double().requires_grad_(True), keys.double().requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda q, k: att(q, k, mask), (query, keys), eps=1e-6, atol=1e-5)
