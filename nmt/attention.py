@@ -84,7 +84,7 @@ class Dot(Attention):
                 f"dot attention needs query_size == key_size, got {query_size} and {key_size}; "
                 "choose attention=general or attention=additive, which project the keys"
             )
-        # scaled=True divides by sqrt(d) (Vaswani et al. 2017, eq. 1).
+        # scaled=True divides by sqrt(d) (Vaswani et al. 2017, eq. 1): softer rows early in training.
         self.scale = 1.0 / math.sqrt(key_size) if scaled else 1.0
 
     def score(self, query, prepared):
@@ -94,18 +94,21 @@ class Dot(Attention):
 class General(Attention):
     """General (bilinear) score ``score(q, h̄_s) = qᵀ W_a h̄_s`` (Luong et al. 2015, eq. 8, "general").
 
-    ``prepare`` computes ``W_a h̄_s`` ``[B, S, Hq]`` once per batch.
+    ``prepare`` computes ``W_a h̄_s`` ``[B, S, Hq]`` once per batch. ``scaled=True`` divides the score by
+    sqrt(Hq), as scaled dot-product attention does (Vaswani et al. 2017, eq. 1), which keeps the softmax from
+    saturating to one-hot rows early in training.
     """
 
-    def __init__(self, query_size: int, key_size: int):
+    def __init__(self, query_size: int, key_size: int, scaled: bool = False):
         super().__init__(query_size, key_size)
         self.W_a = nn.Linear(key_size, query_size, bias=False)
+        self.scale = 1.0 / math.sqrt(query_size) if scaled else 1.0
 
     def prepare(self, keys):
         return self.W_a(keys)  # [B, S, Hq]
 
     def score(self, query, prepared):
-        return torch.bmm(prepared, query.unsqueeze(2)).squeeze(2)  # [B, S]
+        return torch.bmm(prepared, query.unsqueeze(2)).squeeze(2) * self.scale  # [B, S]
 
 
 class Additive(Attention):

@@ -156,6 +156,18 @@ def test_scaled_dot_divides_by_sqrt_d():
     torch.testing.assert_close(plain, scaled, atol=1e-6, rtol=1e-5)
 
 
+def test_scaled_general_divides_by_sqrt_d():
+    query, keys, mask = make_batch([4, 3])
+    torch.manual_seed(3)
+    general = General(H, H)
+    torch.manual_seed(3)
+    scaled = General(H, H, scaled=True)
+    _, w_plain = general(query / math.sqrt(H), keys, mask)
+    _, w_scaled = scaled(query, keys, mask)
+    torch.testing.assert_close(w_plain, w_scaled, atol=1e-6, rtol=1e-5)
+    assert not torch.allclose(w_scaled, general(query, keys, mask)[1])  # the scale does change the weights
+
+
 # ---------------------------------------------------------------- local-p
 
 

@@ -61,7 +61,8 @@ def test_local_p_scores(compose_cfg, score):
 
 @pytest.mark.parametrize("overrides", [["model.encoder_layers=2", "model.decoder_layers=3"],
                                        ["attention=additive", "attention.hidden_size=5"],
-                                       ["attention=dot", "attention.scaled=true"]])
+                                       ["attention=dot", "attention.scaled=true"],
+                                       ["attention=general", "attention.scaled=true"]])
 def test_other_model_options(compose_cfg, overrides):
     model = build_model(compose_cfg([*overrides, *SMALL]), V_SRC, V_TGT)
     assert forward_shapes(model)[0] == (3, 4, V_TGT)
