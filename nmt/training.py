@@ -87,7 +87,7 @@ def validation_loss(model, pairs, batch_tokens: int, device) -> float:
 
 class BudgetDecay:
     """Linear learning-rate decay over the training budget (Li et al. 2020, "Budgeted Training: Rethinking Deep
-    Neural Network Training Under Resource Constraints", ICLR, the linear schedule of §3): the rate stays at
+    Neural Network Training Under Resource Constraints", ICLR; its linear schedule): the rate stays at
     ``lr`` until the fraction ``start`` of the budget is used, then falls linearly to ``min_lr`` at its end.
 
     The budget is ``train.max_minutes`` (training wall time, validation included) and/or ``train.max_steps``;
