@@ -96,7 +96,9 @@ class General(Attention):
 
     ``prepare`` computes ``W_a h̄_s`` ``[B, S, Hq]`` once per batch. ``scaled=True`` divides the score by
     sqrt(Hq), as scaled dot-product attention does (Vaswani et al. 2017, eq. 1), which keeps the softmax from
-    saturating to one-hot rows early in training.
+    saturating to one-hot rows early in training; the class default is the paper's formula, the configuration
+    default (``conf/attention/general.yaml``, also for dot) is scaled, which trains much faster
+    (docs/results.md).
     """
 
     def __init__(self, query_size: int, key_size: int, scaled: bool = False):
