@@ -158,10 +158,11 @@ class LocalP(Attention):
     Args:
         window: D, the half-width of the window in source positions (the paper uses 10); must be >= 1.
         score: the wrapped score function, ``"general"`` (the paper's choice), ``"dot"`` or ``"additive"``.
-        scaled: divide a ``dot`` or ``general`` score by sqrt(key_size) (see :class:`General`).
+        scaled: divide a ``dot`` or ``general`` score by sqrt(key_size) (see :class:`General`); the additive
+            score has no product to scale and ignores it.
 
     Raises:
-        ValueError: for ``window < 1``, an unknown score name, or ``scaled`` with the additive score.
+        ValueError: for ``window < 1`` or an unknown score name.
     """
 
     def __init__(self, query_size: int, key_size: int, window: int = 10, score: str = "general",
@@ -173,10 +174,8 @@ class LocalP(Attention):
             raise ValueError(f"local_p score must be one of {sorted(SCORES)}, got {score!r}")
         self.window = float(window)
         self.sigma = self.window / 2.0
-        if scaled and score == "additive":
-            raise ValueError("local_p scaled=true applies to the dot and general scores; the additive score has "
-                             "no dot product to scale")
-        self.inner = SCORES[score](query_size, key_size, **({"scaled": True} if scaled else {}))
+        options = {"scaled": scaled} if score in ("dot", "general") else {}
+        self.inner = SCORES[score](query_size, key_size, **options)
         self.W_p = nn.Linear(query_size, query_size, bias=False)
         self.v_p = nn.Linear(query_size, 1, bias=False)
 
