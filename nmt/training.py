@@ -371,10 +371,11 @@ def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid
     bar.close()
     log.info("training stopped after %d steps (%d epochs, %.1f min): %s", progress.step, progress.epoch,
              progress.train_seconds / 60, stop)
-    if isinstance(scheduler, BudgetDecay) and scheduler.used(progress.step, progress.train_seconds) < 1.0:
+    used = scheduler.used(progress.step, progress.train_seconds) if isinstance(scheduler, BudgetDecay) else 1.0
+    if used < 1.0:
         log.warning("training stopped (%s) after %.0f%% of the learning-rate budget, at rate %.3g instead of "
                     "min_lr: set train.max_epochs=null / train.patience=null to let the decay finish", stop,
-                    100 * scheduler.used(progress.step, progress.train_seconds), optimizer.param_groups[0]["lr"])
+                    100 * used, optimizer.param_groups[0]["lr"])
     return stop
 
 
