@@ -223,16 +223,15 @@ class Decoder(nn.Module):
         emb_gates ``[B, 3H]`` from :meth:`_embed_gates`; feed ``[B, F]`` the rest of the first layer's input;
         hidden ``[L, B, H]`` -> new hidden ``[L, B, H]``.
         """
-        new, x = [], None  # x: the input of layer i > 0, the previous layer's output after dropout
+        new = []
         for i, cell in enumerate(self.cells):
             if i == 0:
                 gi = emb_gates + linears("W_if", feed, self._feed_weight)  # [B, 3H]
                 gh = linears("W_hh", hidden[0], cell.weight_hh, cell.bias_hh)  # [B, 3H]
                 h = _gru_update(gi, gh, hidden[0])  # [B, H]
             else:
-                h = cell(x, hidden[i])  # [B, H]
+                h = cell(self.dropout(new[-1]), hidden[i])  # dropout between layers only  [B, H]
             new.append(h)
-            x = self.dropout(h)
         return torch.stack(new)
 
     @property
@@ -287,8 +286,10 @@ class Decoder(nn.Module):
         features, weights = [], []
         # Weight gradients of the per-step products: one product over all steps in backward (StepLinears).
         linears = StepLinears(deferred=torch.is_grad_enabled() and self.training)
-        for t in range(tgt_in.size(1)):
-            f, state, w = self._recur(emb_gates[:, t], emb[:, t], state, memory, linears)
+        # unbind, not emb_gates[:, t]: the backward of an index is a zero-filled [B, T, 3H] tensor per step
+        # (quadratic in T); the backward of unbind is one stack of the step gradients.
+        for gates_t, emb_t in zip(emb_gates.unbind(1), emb.unbind(1)):
+            f, state, w = self._recur(gates_t, emb_t, state, memory, linears)
             features.append(f)
             weights.append(w)
         # The readout and the output projection need no recurrence: one batched call over all steps.

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import sentencepiece as spm
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from nmt import checkpoint
 from nmt.average import average_checkpoints, select_checkpoints
 from nmt.data import Parallel, encode_pairs, iterate_batches, load_splits
 from nmt.evaluate import save_results, score, translate
+from nmt.loss import label_smoothed_cross_entropy
 from nmt.plot import plot_npz
 from nmt.tokenizer import PAD_ID, Tokenizer, train_spm
 
@@ -67,8 +67,8 @@ def prepare_tokenizers(tok_cfg, train: Parallel, spm_dir: Path) -> tuple[Tokeniz
 
 def loss_fn(logits: torch.Tensor, tgt_out: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
     """Summed cross-entropy (nats) over non-pad target tokens: logits ``[B, T, V]``, tgt_out ``[B, T]``."""
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt_out.reshape(-1), ignore_index=PAD_ID,
-                           label_smoothing=label_smoothing, reduction="sum")
+    return label_smoothed_cross_entropy(logits.reshape(-1, logits.size(-1)), tgt_out.reshape(-1), label_smoothing,
+                                        ignore_index=PAD_ID)
 
 
 @torch.no_grad()
