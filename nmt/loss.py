@@ -30,6 +30,9 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        if torch.is_grad_enabled():  # create_graph=True: the closed form below is not differentiable again
+            raise RuntimeError("label_smoothed_cross_entropy has first derivatives only (create_graph=True was "
+                               "asked for); use torch.nn.functional.cross_entropy for higher-order gradients")
         log_probs, safe, keep = ctx.saved_tensors
         eps, vocab = ctx.smoothing, log_probs.size(1)
         grad_logits = log_probs.exp()  # softmax(z)  [N, V]
@@ -56,6 +59,7 @@ def label_smoothed_cross_entropy(logits: torch.Tensor, target: torch.Tensor, smo
 
     Raises:
         ValueError: for smoothing outside [0, 1) or mismatched shapes.
+        RuntimeError: from autograd, when a second derivative is asked for (the backward is first-order only).
     """
     if not 0.0 <= smoothing < 1.0:
         raise ValueError(f"label smoothing must be in [0, 1), got {smoothing}")

@@ -66,6 +66,14 @@ def test_float32_close_to_pytorch():
     assert ours.item() == pytest.approx(ref.item(), rel=1e-5)
 
 
+def test_second_derivatives_refused():
+    """The closed-form backward is first-order only: asking for a Hessian raises rather than dropping terms."""
+    logits, target = _batch(7, rows=6, vocab=5)
+    loss = label_smoothed_cross_entropy(logits, target, 0.1, PAD) + (logits**2).sum()
+    with pytest.raises(RuntimeError, match="first derivatives only"):
+        torch.autograd.grad(loss, logits, create_graph=True)
+
+
 @pytest.mark.parametrize("eps", [-0.1, 1.0])
 def test_rejects_smoothing_outside_range(eps):
     logits, target = _batch(5)
