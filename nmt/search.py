@@ -31,11 +31,15 @@ def length_penalty(length: torch.Tensor | int, alpha: float) -> torch.Tensor | f
     return ((5 + length) / 6) ** alpha
 
 
-def log_probs(logits: torch.Tensor) -> torch.Tensor:
-    """Logits ``[B, V]`` -> log-probabilities ``[B, V]`` in float32, with PAD and BOS never generated."""
-    never = torch.zeros(logits.size(-1), dtype=torch.bool, device=logits.device)
-    never[[PAD_ID, BOS_ID]] = True
-    return torch.log_softmax(logits.float().masked_fill(never, float("-inf")), dim=-1)
+def log_probs(logits: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+    """Logits ``[..., V]`` -> log-probabilities ``[..., V]`` in float32, with PAD and BOS never generated.
+
+    ``inplace=True`` writes the two -inf columns into float32 ``logits`` itself (the search's own step output)
+    instead of copying them; the argument is left unchanged otherwise."""
+    never = torch.tensor([PAD_ID, BOS_ID], device=logits.device)
+    logits = logits.float()
+    fill = logits.index_fill_ if inplace else logits.index_fill
+    return torch.log_softmax(fill(-1, never, float("-inf")), dim=-1)
 
 
 def max_lengths(src_mask: torch.Tensor, max_len_a: float, max_len_b: int) -> torch.Tensor:
@@ -63,7 +67,7 @@ def greedy(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, max_len_a:
     tokens, weights = [], []
     for t in range(int(limits.max())):
         logits, state, w = model.decoder.step(y, state, memory)
-        logp = log_probs(logits)  # [B, V]
+        logp = log_probs(logits, inplace=True)  # [B, V]
         y = logp.argmax(dim=-1).masked_fill(t + 1 >= limits, EOS_ID)  # [B]
         log_prob += logp.gather(1, y.unsqueeze(1)).squeeze(1).masked_fill(finished, 0.0)
         tokens.append(y)
@@ -130,14 +134,14 @@ def beam(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, beam_size: i
     for t in range(int(limits.max())):
         A = len(sentence)
         logits, state, w = model.decoder.step(y, state, memory)
-        logp = log_probs(logits)  # [A*K, V]
+        logp = log_probs(logits, inplace=True)  # [A*K, V]
         V = logp.size(1)
         at_limit = (t + 1 >= limits).repeat_interleave(K)  # [A*K]
         if bool(at_limit.any()):
             eos_logp = logp[:, EOS_ID].clone()
             logp[at_limit] = float("-inf")
             logp[at_limit, EOS_ID] = eos_logp[at_limit]
-        cand = (scores.view(-1, 1) + logp).view(A, K * V)
+        cand = logp.add_(scores.view(-1, 1)).view(A, K * V)  # logp is not read again
         top_scores, top_idx = cand.topk(min(2 * K, K * V), dim=1)  # [A, 2K]
         src_row = top_idx // V + (torch.arange(A, device=device) * K).unsqueeze(1)  # [A, 2K] rows of the A*K beams
         tok = top_idx % V

@@ -300,9 +300,32 @@ def test_local_p_centre_is_trained_through_the_gaussian():
 
 @pytest.mark.parametrize("name", ALL)
 def test_gradients_match_finite_differences(name):
-    """torch.autograd.gradcheck in float64 through query, keys and the prepared keys (additive's in-place tanh
+    """torch.autograd.gradcheck in float64 through query, keys and the prepared keys (additive's in-place sigmoid
     must not corrupt what its backward reads)."""
     att = make(name).double()
     query, keys, mask = make_batch(LENGTHS)
     query, keys = query.double().requires_grad_(True), keys.double().requires_grad_(True)
     assert torch.autograd.gradcheck(lambda q, k: att(q, k, mask), (query, keys), eps=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-12), (torch.float32, 2e-5)])
+def test_additive_score_is_the_tanh_formula(dtype, tol):
+    """Additive computes v_aᵀ tanh(W_a q + U_a h̄_s + b) through 2 v_aᵀ sigmoid(2e) - Σ v_a: same scores, and
+    the same gradients for every parameter, query and keys, as the formula written with tanh."""
+    torch.manual_seed(3)
+    att = Additive(query_size=6, key_size=5, hidden_size=7).to(dtype)
+    with torch.no_grad():  # large energies too, where tanh saturates
+        att.U_a.weight.mul_(4.0)
+    query, keys, _ = make_batch(LENGTHS)
+    query = torch.randn(query.size(0), 6, dtype=dtype, requires_grad=True)
+    keys = torch.randn(keys.size(0), keys.size(1), 5, dtype=dtype, requires_grad=True)
+    got = att.score(query, att.prepare(keys))
+    energy = att.W_a(query).unsqueeze(1) + att.U_a(keys)
+    want = torch.tanh(energy) @ att.v_a.weight.squeeze(0)
+    assert got.shape == want.shape == keys.shape[:2]
+    assert float(energy.detach().abs().max()) > 5.0
+    torch.testing.assert_close(got, want, rtol=0.0, atol=tol)
+    params = [query, keys, *att.parameters()]
+    upstream = torch.randn_like(want)
+    for g_got, g_want in zip(torch.autograd.grad(got, params, upstream), torch.autograd.grad(want, params, upstream)):
+        torch.testing.assert_close(g_got, g_want, rtol=0.0, atol=10 * tol)

@@ -324,3 +324,17 @@ def test_invalid_beam_arguments_raise(kwargs):
     src, mask = padded([3, 2])
     with pytest.raises(ValueError):
         beam(model, src, mask, **kwargs)
+
+
+def test_log_probs_masks_pad_and_bos_and_copies_unless_inplace():
+    """PAD and BOS get -inf and the rest is log_softmax over the other tokens; the argument is unchanged, and
+    ``inplace=True`` gives the same values while writing the -inf columns into the logits themselves."""
+    logits = torch.randn(3, 7, generator=torch.Generator().manual_seed(0))
+    before = logits.clone()
+    got = log_probs(logits)
+    assert torch.equal(logits, before)
+    allowed = [v for v in range(7) if v not in (PAD_ID, BOS_ID)]
+    assert torch.isneginf(got[:, [PAD_ID, BOS_ID]]).all()
+    torch.testing.assert_close(got[:, allowed], torch.log_softmax(before[:, allowed], dim=-1))
+    torch.testing.assert_close(log_probs(logits, inplace=True), got, rtol=0.0, atol=0.0)
+    assert torch.isneginf(logits[:, [PAD_ID, BOS_ID]]).all()
