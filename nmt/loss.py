@@ -19,14 +19,15 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
     def forward(ctx, logits, target, smoothing, ignore_index):
         log_probs = torch.log_softmax(logits, dim=-1)  # [N, V]
         keep = target != ignore_index  # [N]
-        safe = target.masked_fill(~keep, 0)
+        drop = ~keep
+        safe = target.masked_fill(drop, 0)
         nll = -log_probs.gather(1, safe.unsqueeze(1)).squeeze(1)  # [N]
         loss = (1.0 - smoothing) * nll
         if smoothing:
             loss = loss - smoothing * log_probs.mean(dim=1)  # uniform part: -(eps/V) * sum_v log p_v
         ctx.save_for_backward(log_probs, safe, keep)
         ctx.smoothing = smoothing
-        return loss.masked_fill(~keep, 0.0).sum()
+        return loss.masked_fill(drop, 0.0).sum()
 
     @staticmethod
     def backward(ctx, grad):

@@ -316,9 +316,8 @@ def test_additive_score_is_the_tanh_formula(dtype, tol):
     att = Additive(query_size=6, key_size=5, hidden_size=7).to(dtype)
     with torch.no_grad():  # large energies too, where tanh saturates
         att.U_a.weight.mul_(4.0)
-    query, keys, _ = make_batch(LENGTHS)
-    query = torch.randn(query.size(0), 6, dtype=dtype, requires_grad=True)
-    keys = torch.randn(keys.size(0), keys.size(1), 5, dtype=dtype, requires_grad=True)
+    query, keys, _ = make_batch(LENGTHS, hq=6, hk=5)
+    query, keys = query.to(dtype).requires_grad_(True), keys.to(dtype).requires_grad_(True)
     got = att.score(query, att.prepare(keys))
     energy = att.W_a(query).unsqueeze(1) + att.U_a(keys)
     want = torch.tanh(energy) @ att.v_a.weight.squeeze(0)
