@@ -5,7 +5,9 @@ Shape letters used in comments throughout the package:
 
 One contract for every class (documented on :class:`Attention`):
 ``forward(query [B, Hq], keys [B, S, Hk], mask [B, S] bool, prepared=None) -> (context [B, Hk], weights [B, S])``.
-``mask`` is True on real source tokens; weights are exactly 0 where it is False.
+``mask`` is True on real source tokens; weights are exactly 0 where it is False. A query ``[B, K, Hq]`` asks K
+queries of each source sentence at once (the K hypotheses of a beam) against its keys, which are not copied:
+context ``[B, K, Hk]``, weights ``[B, K, S]``.
 
 Key projections (U_a h̄_s for additive, W_a h̄_s for general) are computed once per batch by ``prepare(keys)``
 and passed back in as ``prepared``; nothing is stored on the module between calls.
@@ -23,13 +25,23 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Softmax over the last dimension with masked positions set to -inf first.
 
     Args:
-        scores: ``[B, S]`` raw scores.
-        mask: ``[B, S]`` bool, True on real tokens; every row must have at least one True.
+        scores: ``[B, S]`` raw scores, or ``[B, K, S]`` (K queries per source sentence).
+        mask: ``[B, S]`` (or ``[B, K, S]``) bool, True on real tokens; every row must have at least one True.
 
     Returns:
-        ``[B, S]`` weights, exactly 0 where ``mask`` is False, rows summing to 1.
+        weights shaped like ``scores``, exactly 0 where ``mask`` is False, rows summing to 1.
     """
+    if mask.dim() < scores.dim():
+        mask = mask.unsqueeze(-2)  # [B, 1, S]: the same source mask for the K queries of a sentence
     return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+
+
+def attend(weights: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """Context vectors ``c = Σ_s a(s) h̄_s`` (Luong et al. 2015, §3.1): weights ``[B, S]`` or ``[B, K, S]``,
+    keys ``[B, S, Hk]`` -> context ``[B, Hk]`` or ``[B, K, Hk]``."""
+    if weights.dim() == 2:
+        return torch.bmm(weights.unsqueeze(1), keys).squeeze(1)
+    return torch.bmm(weights, keys)
 
 
 class Attention(nn.Module):
@@ -40,7 +52,8 @@ class Attention(nn.Module):
     Subclasses implement :meth:`score` (and :meth:`prepare` when keys can be projected once per batch).
 
     Args (of :meth:`forward`):
-        query: ``[B, Hq]`` decoder state (Bahdanau: s_{t-1}; Luong: h_t).
+        query: ``[B, Hq]`` decoder state (Bahdanau: s_{t-1}; Luong: h_t), or ``[B, K, Hq]``: K queries per
+            sentence sharing its keys (beam search), which then shapes the results ``[B, K, Hk]``, ``[B, K, S]``.
         keys: ``[B, S, Hk]`` encoder states h̄_s.
         mask: ``[B, S]`` bool, True on real tokens.
         prepared: ``[B, S, *]`` the result of ``prepare(keys)``; computed here when None.
@@ -59,15 +72,23 @@ class Attention(nn.Module):
         return keys
 
     def score(self, query: torch.Tensor, prepared: torch.Tensor) -> torch.Tensor:
-        """Raw scores ``[B, S]`` from query ``[B, Hq]`` and prepared keys ``[B, S, *]``."""
+        """Raw scores ``[B, S]`` from query ``[B, Hq]`` (or ``[B, K, S]`` from ``[B, K, Hq]``) and prepared
+        keys ``[B, S, *]``."""
         raise NotImplementedError
 
     def forward(self, query, keys, mask, prepared=None):
         if prepared is None:
             prepared = self.prepare(keys)
-        weights = masked_softmax(self.score(query, prepared), mask)  # [B, S]
-        context = torch.bmm(weights.unsqueeze(1), keys).squeeze(1)  # [B, Hk]
-        return context, weights
+        weights = masked_softmax(self.score(query, prepared), mask)  # [B, S] or [B, K, S]
+        return attend(weights, keys), weights
+
+
+def _bilinear(query: torch.Tensor, prepared: torch.Tensor) -> torch.Tensor:
+    """``qᵀ k_s`` for every key: query ``[B, H]`` -> ``[B, S]``, or ``[B, K, H]`` -> ``[B, K, S]``; prepared
+    ``[B, S, H]``."""
+    if query.dim() == 2:
+        return torch.bmm(prepared, query.unsqueeze(2)).squeeze(2)
+    return torch.bmm(query, prepared.transpose(1, 2))
 
 
 class Dot(Attention):
@@ -88,7 +109,7 @@ class Dot(Attention):
         self.scale = 1.0 / math.sqrt(key_size) if scaled else 1.0
 
     def score(self, query, prepared):
-        return torch.bmm(prepared, query.unsqueeze(2)).squeeze(2) * self.scale  # [B, S]
+        return _bilinear(query, prepared) * self.scale  # [B, S] or [B, K, S]
 
 
 class General(Attention):
@@ -110,7 +131,7 @@ class General(Attention):
         return self.W_a(keys)  # [B, S, Hq]
 
     def score(self, query, prepared):
-        return torch.bmm(prepared, query.unsqueeze(2)).squeeze(2) * self.scale  # [B, S]
+        return _bilinear(query, prepared) * self.scale  # [B, S] or [B, K, S]
 
 
 class Additive(Attention):
@@ -141,11 +162,13 @@ class Additive(Attention):
         return 2.0 * self.U_a(keys)  # [B, S, A]: 2 (U_a h̄_s + b)
 
     def score(self, query, prepared):
-        energy = torch.add(prepared, self.W_a(query).unsqueeze(1), alpha=2.0)  # [B, S, A] = 2 e, a fresh tensor
+        if query.dim() == 3:
+            prepared = prepared.unsqueeze(1)  # [B, 1, S, A]: shared by the K queries, broadcast, not copied
+        energy = torch.add(prepared, self.W_a(query).unsqueeze(-2), alpha=2.0)  # [B, (K,) S, A] = 2 e, fresh
         # sigmoid in place: the sum's backward needs neither its inputs nor its output, and sigmoid's backward
         # uses only its output, so autograd allows it; one [B, S, A] tensor less per decoder step.
         v = self.v_a.weight.squeeze(0)  # [A]
-        return 2.0 * torch.matmul(energy.sigmoid_(), v) - v.sum()  # [B, S] = v_aᵀ tanh(e)
+        return 2.0 * torch.matmul(energy.sigmoid_(), v) - v.sum()  # [B, (K,) S] = v_aᵀ tanh(e)
 
 
 SCORES = {"dot": Dot, "general": General, "additive": Additive}
@@ -191,18 +214,22 @@ class LocalP(Attention):
         return self.inner.prepare(keys)
 
     def centre(self, query: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Predicted centre p_t ``[B]`` in source positions (eq. 9), in ``[0, S_b]``."""
+        """Predicted centre p_t ``[B]`` (``[B, K]`` for a ``[B, K, Hq]`` query) in source positions (eq. 9), in
+        ``[0, S_b]``."""
         lengths = mask.sum(dim=1).to(query.dtype)  # [B]
-        return lengths * torch.sigmoid(self.v_p(torch.tanh(self.W_p(query)))).squeeze(1)
+        if query.dim() == 3:
+            lengths = lengths.unsqueeze(1)  # [B, 1]
+        return lengths * torch.sigmoid(self.v_p(torch.tanh(self.W_p(query)))).squeeze(-1)
 
     def forward(self, query, keys, mask, prepared=None):
         if prepared is None:
             prepared = self.prepare(keys)
-        p_t = self.centre(query, mask).unsqueeze(1)  # [B, 1]
-        positions = torch.arange(keys.size(1), device=keys.device, dtype=query.dtype).unsqueeze(0)  # [1, S]
-        distance = positions - p_t  # [B, S]
-        in_window = mask & (distance.abs() <= self.window)  # [B, S]
-        align = masked_softmax(self.inner.score(query, prepared), in_window)  # [B, S]
-        weights = align * torch.exp(-(distance**2) / (2 * self.sigma**2))  # [B, S]
-        context = torch.bmm(weights.unsqueeze(1), keys).squeeze(1)  # [B, Hk]
-        return context, weights
+        p_t = self.centre(query, mask).unsqueeze(-1)  # [B, (K,) 1]
+        positions = torch.arange(keys.size(1), device=keys.device, dtype=query.dtype)  # [S]
+        distance = positions - p_t  # [B, (K,) S]
+        if query.dim() == 3:
+            mask = mask.unsqueeze(1)  # [B, 1, S]
+        in_window = mask & (distance.abs() <= self.window)  # [B, (K,) S]
+        align = masked_softmax(self.inner.score(query, prepared), in_window)  # [B, (K,) S]
+        weights = align * torch.exp(-(distance**2) / (2 * self.sigma**2))  # [B, (K,) S]
+        return attend(weights, keys), weights

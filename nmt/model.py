@@ -239,16 +239,35 @@ class Decoder(nn.Module):
         """The first GRU layer's input weights for the fed part of its input (h̃_{t-1} or c_t): ``[3H, F]``."""
         return self.cells[0].weight_ih[:, self.emb_size:]
 
+    def _attend(self, query: torch.Tensor, memory: Memory) -> tuple[torch.Tensor, torch.Tensor]:
+        """Attention for query ``[N, H]`` over memory of M rows -> context ``[N, H]``, weights ``[N, S]``.
+
+        N = M (one query per sentence) or N = K·M: K consecutive query rows per memory row, the K hypotheses
+        of a beam, which then share their sentence's keys instead of K copies of them.
+
+        Raises:
+            ValueError: if N is not a multiple of M.
+        """
+        M = memory.keys.size(0)
+        if query.size(0) == M:
+            return self.attention(query, memory.keys, memory.mask, memory.prepared)
+        if M == 0 or query.size(0) % M:
+            raise ValueError(f"{query.size(0)} decoder rows cannot share a memory of {M} rows: "
+                             "need a multiple (K hypotheses per sentence)")
+        context, weights = self.attention(query.view(M, -1, query.size(-1)), memory.keys, memory.mask,
+                                          memory.prepared)  # [M, K, H], [M, K, S]
+        return context.flatten(0, 1), weights.flatten(0, 1)
+
     def _recur(self, emb_gates: torch.Tensor, emb: torch.Tensor, state: DecoderState, memory: Memory,
                linears: StepLinears = PLAIN):
         """One step up to (not including) the readout: emb_gates ``[B, 3H]``, emb ``[B, E]`` ->
         (features, state, weights ``[B, S]``)."""
         if self.style == "luong":
             hidden = self._stack(emb_gates, state.input_feed, state.hidden, linears)  # [L, B, H]
-            context, weights = self.attention(hidden[-1], memory.keys, memory.mask, memory.prepared)
+            context, weights = self._attend(hidden[-1], memory)
             h_tilde = torch.tanh(linears("W_c", torch.cat([context, hidden[-1]], dim=1), self.combine.weight))  # [B, R]
             return h_tilde, DecoderState(hidden, h_tilde), weights
-        context, weights = self.attention(state.hidden[-1], memory.keys, memory.mask, memory.prepared)
+        context, weights = self._attend(state.hidden[-1], memory)
         hidden = self._stack(emb_gates, context, state.hidden, linears)  # [L, B, H]
         return torch.cat([hidden[-1], context, emb], dim=-1), DecoderState(hidden, state.input_feed), weights
 
@@ -263,10 +282,14 @@ class Decoder(nn.Module):
 
         Args:
             y_prev: ``[B]`` previous target ids (BOS at t=0). state: :class:`DecoderState` for B rows.
-            memory: :class:`Memory` for the same B rows.
+            memory: :class:`Memory` for the same B rows, or for B/K sentences whose K consecutive rows are
+                hypotheses of one sentence (beam search: the keys are shared, not copied K times).
 
         Returns:
             logits ``[B, V]``, the new state, attention weights ``[B, S]``.
+
+        Raises:
+            ValueError: if B is not a multiple of the memory's rows.
         """
         emb = self.dropout(self.embed(y_prev))  # [B, E]
         features, state, weights = self._recur(self._embed_gates(emb), emb, state, memory)

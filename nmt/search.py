@@ -116,9 +116,8 @@ def beam(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, beam_size: i
                          f"beam_size={K}, n_best={n_best}, alpha={length_penalty_alpha}")
     B, S = src.shape
     device = src.device
-    memory, state = model.encode(src, src_mask)
-    rows = torch.arange(B, device=device).repeat_interleave(K)
-    memory, state = memory.select(rows), state.select(rows)
+    memory, state = model.encode(src, src_mask)  # memory stays [B, ...]: the K beams of a sentence share it
+    rows = torch.arange(B, device=device).repeat_interleave(K)  # [B*K] beam row -> sentence
     limits = max_lengths(src_mask, max_len_a, max_len_b)  # [B]
     bound_lp = length_penalty(limits.float(), length_penalty_alpha)  # [B]
     src_lens = src_mask.sum(dim=1).tolist()
@@ -126,7 +125,7 @@ def beam(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, beam_size: i
     sentence = list(range(B))  # active position -> sentence index
     scores = torch.full((B, K), float("-inf"), device=device)
     scores[:, 0] = 0.0  # only one open beam per sentence at the start
-    y = src.new_full((B * K,), BOS_ID)
+    y = src.new_full((B,), BOS_ID)  # the first step runs once per sentence: its K beams would be identical
     tokens = src.new_zeros(B * K, 0)
     attn = torch.zeros(B * K, 0, S, device=device)
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
@@ -135,6 +134,8 @@ def beam(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, beam_size: i
         A = len(sentence)
         logits, state, w = model.decoder.step(y, state, memory)
         logp = log_probs(logits, inplace=True)  # [A*K, V]
+        if t == 0:  # [B] -> [B*K] rows; scores leave beams 1..K-1 at -inf until the first expansion
+            logp, w, state = logp.index_select(0, rows), w.index_select(0, rows), state.select(rows)
         V = logp.size(1)
         at_limit = (t + 1 >= limits).repeat_interleave(K)  # [A*K]
         if bool(at_limit.any()):
@@ -170,7 +171,7 @@ def beam(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, beam_size: i
             sentence = [sentence[a] for a in live.tolist()]
             scores, new_rows, y = scores[live], new_rows[live], y[live]
             limits, bound_lp, nbest_floor = limits[live], bound_lp[live], nbest_floor[live]
-            memory = memory.select(new_rows.view(-1))  # the K rows of a sentence share its memory
+            memory = memory.select(live)  # one memory row per active sentence
         new_rows, y = new_rows.view(-1), y.view(-1)
         state = state.select(new_rows)
         tokens = torch.cat([tokens[new_rows], y.unsqueeze(1)], dim=1)

@@ -102,6 +102,24 @@ def test_prepared_keys_give_the_same_result(name):
 
 
 @pytest.mark.parametrize("name", ALL)
+def test_k_queries_per_sentence_equal_k_copies_of_the_keys(name):
+    """A query [B, K, Hq] (the K beams of a sentence) gives what K copied keys rows give to [B*K, Hq] rows."""
+    att, K = make(name), 3
+    _, keys, mask = make_batch(LENGTHS)
+    query = torch.randn(len(LENGTHS), K, H, generator=torch.Generator().manual_seed(7))
+    if name.startswith("local_p"):
+        query = query.abs()  # a spread of centres: some windows are cut by the sentence edges
+    c, w = att(query, keys, mask)
+    assert c.shape == (len(LENGTHS), K, H) and w.shape == (len(LENGTHS), K, keys.size(1))
+    rows = torch.arange(len(LENGTHS)).repeat_interleave(K)
+    c_rows, w_rows = att(query.flatten(0, 1), keys[rows], mask[rows])
+    torch.testing.assert_close(c.flatten(0, 1), c_rows, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(w.flatten(0, 1), w_rows, atol=1e-6, rtol=1e-5)
+    assert bool((w.masked_select(~mask.unsqueeze(1).expand_as(w)) == 0).all())
+    assert bool((w.sum(-1) > 0.01).all())  # not a row of zeros: the check above compares real weights
+
+
+@pytest.mark.parametrize("name", ALL)
 def test_gradients_reach_every_parameter_and_the_query(name):
     att = make(name)
     query, keys, mask = make_batch(LENGTHS)

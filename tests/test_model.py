@@ -132,6 +132,29 @@ def test_teacher_forcing_equals_stepping(style, num_layers, attention):
             torch.testing.assert_close(align[:, t], weights, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("attention", list(ATTENTIONS))
+@pytest.mark.parametrize("style", ["luong", "bahdanau"])
+def test_step_with_shared_memory_equals_step_with_copied_memory(style, attention):
+    """K decoder rows per sentence can share its memory (beam search) instead of K copies of it."""
+    model, K = build(style, 1, attention).eval(), 4
+    src, mask = padded([5, 3, 8], S=9)
+    with torch.no_grad():
+        memory, state = model.encode(src, mask)
+        rows = torch.arange(3).repeat_interleave(K)
+        state = state.select(rows)
+        y = torch.randint(4, V, (3 * K,), generator=torch.Generator().manual_seed(3))
+        shared = model.decoder.step(y, state, memory)
+        copied = model.decoder.step(y, state, memory.select(rows))
+        shared_2 = model.decoder.step(shared[0].argmax(-1), shared[1], memory)
+        copied_2 = model.decoder.step(copied[0].argmax(-1), copied[1], memory.select(rows))
+    for a, b in [(shared[0], copied[0]), (shared[2], copied[2]), (shared_2[0], copied_2[0]),
+                 (shared_2[2], copied_2[2]), (shared_2[1].hidden, copied_2[1].hidden)]:
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    assert not torch.equal(shared[2][0], shared[2][K])  # rows of different sentences see different keys
+    with pytest.raises(ValueError, match="multiple"):
+        model.decoder.step(y[:-1], state.select(torch.arange(3 * K - 1)), memory)
+
+
 @pytest.mark.parametrize("style", ["luong", "bahdanau"])
 def test_query_is_the_state_the_style_prescribes(style):
     """Luong attends with h_t (which has read y_{t-1}); Bahdanau with s_{t-1} (which has not)."""
