@@ -65,15 +65,17 @@ def translate(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sentences: list[str
             ids[k] = ids[k][: decode.max_src_len - 1] + ids[k][-1:]
     order = sorted(range(len(todo)), key=lambda k: len(ids[k]))
     with torch.inference_mode():
+        gate_table = model.decoder.input_gate_table() if todo else None  # [V, 3H], shared by all batches
         for start in range(0, len(order), decode.batch_size):
             chunk = order[start : start + decode.batch_size]
             batch = collate([ids[k] for k in chunk], None, chunk).to(device)
             if beam_size == 1:
                 hyps = greedy(model, batch.src, batch.src_mask, decode.max_len_a, decode.max_len_b,
-                              decode.length_penalty)
+                              decode.length_penalty, gate_table)
             else:
                 hyps = [nbest[0] for nbest in beam(model, batch.src, batch.src_mask, beam_size,
-                                                   decode.length_penalty, decode.max_len_a, decode.max_len_b)]
+                                                   decode.length_penalty, decode.max_len_a, decode.max_len_b,
+                                                   gate_table=gate_table)]
             for k, hyp in zip(chunk, hyps):
                 results[todo[k]] = Translation(tgt_tok.decode(hyp.ids), src_tok.pieces(ids[k]),
                                                tgt_tok.pieces(hyp.ids), hyp.alignment.numpy().astype(np.float32),

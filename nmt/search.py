@@ -49,11 +49,14 @@ def max_lengths(src_mask: torch.Tensor, max_len_a: float, max_len_b: int) -> tor
 
 @torch.no_grad()
 def greedy(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, max_len_a: float = 1.5,
-           max_len_b: int = 10, length_penalty_alpha: float = 0.0) -> list[Hypothesis]:
+           max_len_b: int = 10, length_penalty_alpha: float = 0.0,
+           gate_table: torch.Tensor | None = None) -> list[Hypothesis]:
     """Greedy decoding: the argmax token at each step.
 
     Args:
         src: ``[B, S]`` source ids; src_mask: ``[B, S]`` bool, True on real tokens.
+        gate_table: ``model.decoder.input_gate_table()`` ``[V, 3H]``, built once for many batches (faster
+            steps, same result), or None.
 
     Returns:
         one :class:`Hypothesis` per sentence, in batch order.
@@ -66,7 +69,7 @@ def greedy(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, max_len_a:
     log_prob = torch.zeros(B, device=src.device)
     tokens, weights = [], []
     for t in range(int(limits.max())):
-        logits, state, w = model.decoder.step(y, state, memory)
+        logits, state, w = model.decoder.step(y, state, memory, gate_table)
         logp = log_probs(logits, inplace=True)  # [B, V]
         y = logp.argmax(dim=-1).masked_fill(t + 1 >= limits, EOS_ID)  # [B]
         log_prob += logp.gather(1, y.unsqueeze(1)).squeeze(1).masked_fill(finished, 0.0)
@@ -90,7 +93,7 @@ def greedy(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, max_len_a:
 @torch.no_grad()
 def beam(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, beam_size: int = 5,
          length_penalty_alpha: float = 0.0, max_len_a: float = 1.5, max_len_b: int = 10,
-         n_best: int = 1) -> list[list[Hypothesis]]:
+         n_best: int = 1, gate_table: torch.Tensor | None = None) -> list[list[Hypothesis]]:
     """Beam search, batched over sentences and beams (Sutskever et al. 2014; Wu et al. 2016, §7).
 
     At each step the 2K best continuations of the K open beams are scored; EOS candidates among the top K are
@@ -103,6 +106,7 @@ def beam(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, beam_size: i
     Args:
         src: ``[B, S]``; src_mask: ``[B, S]`` bool. beam_size: K >= 1. length_penalty_alpha: alpha >= 0.
         n_best: how many hypotheses to return per sentence (<= beam_size).
+        gate_table: ``model.decoder.input_gate_table()`` ``[V, 3H]`` or None, as for :func:`greedy`.
 
     Returns:
         per sentence, its ``n_best`` hypotheses, best first.
@@ -132,7 +136,7 @@ def beam(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, beam_size: i
     nbest_floor = torch.full((B,), float("-inf"), device=device)  # n-best-th finished score per sentence
     for t in range(int(limits.max())):
         A = len(sentence)
-        logits, state, w = model.decoder.step(y, state, memory)
+        logits, state, w = model.decoder.step(y, state, memory, gate_table)
         logp = log_probs(logits, inplace=True)  # [A*K, V]
         if t == 0:  # [B] -> [B*K] rows; scores leave beams 1..K-1 at -inf until the first expansion
             logp, w, state = logp.index_select(0, rows), w.index_select(0, rows), state.select(rows)
@@ -148,14 +152,17 @@ def beam(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, beam_size: i
         tok = top_idx % V
         is_eos = tok == EOS_ID
         final = is_eos[:, :K] & torch.isfinite(top_scores[:, :K])  # [A, K]
-        for a, j in final.nonzero().tolist():
-            b, r, n = sentence[a], int(src_row[a, j]), t + 1
-            raw = float(top_scores[a, j])
-            align = torch.cat([attn[r], w[r].unsqueeze(0)])[:, : src_lens[b]].float().cpu()
-            finished[b].append(Hypothesis(tokens[r].tolist() + [EOS_ID], raw / length_penalty(n, length_penalty_alpha),
-                                          raw, align))
-            if len(finished[b]) >= n_best:
-                nbest_floor[a] = sorted((h.score for h in finished[b]), reverse=True)[n_best - 1]
+        final_a, final_j = final.nonzero(as_tuple=True)  # [F] each, in (sentence, rank) order
+        if final_a.numel():  # the F hypotheses closed at this step, gathered in one call per tensor
+            r = src_row[final_a, final_j]  # [F] their beam rows
+            ids = tokens[r].tolist()
+            aligns = torch.cat([attn[r], w[r].unsqueeze(1)], dim=1).float().cpu()  # [F, t+1, S]
+            lp = length_penalty(t + 1, length_penalty_alpha)
+            for i, (a, raw) in enumerate(zip(final_a.tolist(), top_scores[final_a, final_j].tolist())):
+                b = sentence[a]
+                finished[b].append(Hypothesis(ids[i] + [EOS_ID], raw / lp, raw, aligns[i, :, : src_lens[b]]))
+                if len(finished[b]) >= n_best:
+                    nbest_floor[a] = sorted((h.score for h in finished[b]), reverse=True)[n_best - 1]
         # Keep the K best non-EOS candidates (EOS ones sort last and are closed if they are still picked).
         rank = torch.arange(is_eos.size(1), device=device) + is_eos.long() * is_eos.size(1)
         keep = rank.argsort(dim=1)[:, :K]  # [A, K]

@@ -83,6 +83,26 @@ def test_beam_one_equals_greedy(style, attention):
     assert len(lengths_seen) >= 3, "the models should produce hypotheses of various lengths"
 
 
+@pytest.mark.parametrize("style", ["luong", "bahdanau"])
+def test_input_gate_table_gives_the_same_search(style):
+    """decoder.input_gate_table() [V, 3H] replaces the per-step gate product; it is used, and changes nothing."""
+    model = build(style, "additive", seed=1)
+    src, mask = padded(LENGTHS, S=11)
+    table = model.decoder.input_gate_table()
+    assert table.shape == (12, 3 * H)
+    for plain, tabled in [(greedy(model, src, mask), greedy(model, src, mask, gate_table=table)),
+                          *zip(beam(model, src, mask, 3, 0.6, n_best=2),
+                               beam(model, src, mask, 3, 0.6, n_best=2, gate_table=table))]:
+        for hp, ht in zip(plain, tabled):
+            assert hp.ids == ht.ids
+            assert hp.log_prob == pytest.approx(ht.log_prob, abs=1e-5)
+            torch.testing.assert_close(hp.alignment, ht.alignment, atol=1e-6, rtol=1e-5)
+    wrong = greedy(model, src, mask, gate_table=torch.zeros_like(table))
+    assert [h.log_prob for h in wrong] != pytest.approx([h.log_prob for h in greedy(model, src, mask)], abs=1e-3)
+    with pytest.raises(RuntimeError, match="eval"):
+        model.train().decoder.input_gate_table()
+
+
 # ---------------------------------------------------------------- batching does not change results
 
 
