@@ -4,6 +4,8 @@
     NMT_DATA_DIR=../shared/corpora python bench/speed.py --checkpoint RUN/checkpoints/best.pt   # decode a trained model
     NMT_DATA_DIR=../shared/corpora python bench/speed.py --scaling             # + cost vs data size and length
     NMT_DATA_DIR=../shared/corpora python bench/speed.py --peer opennmt --rounds 2   # interleaved with OpenNMT-py
+    NMT_DATA_DIR=../shared/corpora python bench/speed.py --peer opennmt --rounds 3 --decode-only --checkpoint CKPT
+                                             # decoding alone, alternating with the peer's last checkpoint
     python bench/speed.py model.tie_embeddings=false tokenizer.restrict_vocab=false   # any train.yaml override
 
 Prints (see bench/README.md for the FLOP count):
@@ -129,9 +131,15 @@ def decode_speed(model, src_tok, tgt_tok, sentences, cfg, beam_size: int) -> flo
 
 
 def ours(args, cfg) -> dict:
-    """One measurement of this toolkit: training window, memory, decoding."""
+    """One measurement of this toolkit: training window, memory, decoding (decoding only with --decode-only)."""
     torch.manual_seed(cfg.seed)
     splits = load_corpus(cfg, args.corpus)
+    if args.decode_only:
+        model, _, src_tok, tgt_tok, _ = checkpoint.load(args.checkpoint)
+        model.eval()
+        return {"test_greedy_sent_per_sec": decode_speed(model, src_tok, tgt_tok, splits["test"].src, cfg, 1),
+                "test_beam5_sent_per_sec": decode_speed(model, src_tok, tgt_tok, splits["test"].src, cfg, 5),
+                "peak_rss_gb": peak_rss_gb()}
     work = Path(args.work)
     src_tok, tgt_tok = prepare_tokenizers(cfg.tokenizer, splits["train"], work / f"spm_{args.corpus}")
     pairs = encode_pairs(splits["train"], src_tok, tgt_tok, cfg.data.max_len)
@@ -183,27 +191,40 @@ def scaling(model, optimizer, pairs, cfg) -> dict:
     return out
 
 
-def peer(name: str, budget_s: int) -> dict:
-    """Run a peer's train (fixed budget) and eval scripts; parse its steady-window throughput and decoding speed."""
+def peer(name: str, budget_s: int, decode_only: bool = False) -> dict:
+    """Run a peer's train (fixed budget) and eval scripts, or with ``decode_only`` its eval script alone on the
+    checkpoint its last training left; parse its steady-window throughput and decoding speed.
+
+    Raises:
+        FileNotFoundError: with ``decode_only`` when the peer has no checkpoint yet (run a round without it).
+    """
     folder = PEERS / name
     # OpenNMT-py 3.5.1 pickles argparse objects into its checkpoints: torch >= 2.6 loads them only with this
     env = {**os.environ, "TRAIN_BUDGET_S": str(budget_s), "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
-    subprocess.run(["bash", str(folder / "run.sh"), "train", "eval"], check=True, env=env, cwd=folder,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return parse_peer_results(Path(env.get("PEERS_ROOT", "/tmp/peers")) / name / "results")
+    work = Path(env.get("PEERS_ROOT", "/tmp/peers")) / name
+    if decode_only and not any((work / "run").glob("*.pt")):
+        raise FileNotFoundError(f"--decode-only: {work / 'run'} holds no {name} checkpoint; run one round "
+                                "without --decode-only first (the peer trains for --peer-budget seconds)")
+    subprocess.run(["bash", str(folder / "run.sh"), *(["eval"] if decode_only else ["train", "eval"])],
+                   check=True, env=env, cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return parse_peer_results(work / "results", decode_only)
 
 
-def parse_peer_results(results: Path) -> dict:
+def parse_peer_results(results: Path, decode_only: bool = False) -> dict:
     """Figures from a peer's ``results/`` folder: ``throughput.txt`` (steady window 50-350), ``eval.txt``
-    (decoding sentences/s) and ``train.time`` (``/usr/bin/time -v`` peak memory); missing figures are left out."""
-    text = (results / "throughput.txt").read_text() + "\n" + (results / "eval.txt").read_text()
+    (decoding sentences/s) and ``train.time`` (``/usr/bin/time -v`` peak memory); missing figures are left out.
+    ``decode_only`` reads ``eval.txt`` alone (the training files are from an earlier run)."""
+    text = (results / "eval.txt").read_text()
+    if not decode_only:
+        text = (results / "throughput.txt").read_text() + "\n" + text
     found: dict = {"raw": text}
     if match := re.search(r"steady 50-350: tgt\s+(\d+) tok/s", text):
         found["train_tgt_tokens_per_sec"] = float(match.group(1))
     for beam in (1, 5):
         if match := re.search(rf"beam{beam} decode:.*=> ([\d.]+) sent/s", text):
             found[f"test_{'greedy' if beam == 1 else 'beam5'}_sent_per_sec"] = float(match.group(1))
-    if match := re.search(r"Maximum resident set size \(kbytes\): (\d+)", (results / "train.time").read_text()):
+    if not decode_only and (match := re.search(r"Maximum resident set size \(kbytes\): (\d+)",
+                                                (results / "train.time").read_text())):
         found["peak_rss_train_gb"] = int(match.group(1)) / 1024**2
     return found
 
@@ -214,6 +235,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=30, help="untimed steps first (default 30)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--checkpoint", help="decode with this trained checkpoint instead of the benchmark model")
+    parser.add_argument("--decode-only", action="store_true",
+                        help="with --checkpoint: no training window, decoding only; with --peer, the peer decodes "
+                             "the checkpoint of its last training again (rounds of decoding, A, B, A, B)")
     parser.add_argument("--scaling", action="store_true", help="also time epochs by data share and length bucket")
     parser.add_argument("--corpus", choices=["multi30k", "tatoeba"], default="multi30k")
     parser.add_argument("--peer", choices=["opennmt", "joeynmt"], help="also run this peer, alternating with ours")
@@ -223,6 +247,8 @@ def main() -> None:
     parser.add_argument("--json", help="write the report here (default bench/runs/speed-<time>.json)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of conf/train.yaml")
     args = parser.parse_args()
+    if args.decode_only and (not args.checkpoint or args.scaling):
+        parser.error("--decode-only needs --checkpoint (the model to decode) and excludes --scaling")
     torch.set_num_threads(args.threads)
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=[f"threads={args.threads}", "device=cpu", *args.overrides])
@@ -232,7 +258,7 @@ def main() -> None:
     for _ in range(args.rounds):
         round_ = {"ours": ours(args, cfg)}
         if args.peer:
-            round_[args.peer] = peer(args.peer, args.peer_budget)
+            round_[args.peer] = peer(args.peer, args.peer_budget, args.decode_only)
         report["rounds"].append(round_)
         print(json.dumps(round_, indent=1, default=float), flush=True)
     summarize(report, args.peer)
@@ -249,18 +275,19 @@ def summarize(report: dict, peer_name: str | None) -> None:
         1, sum(key in r.get(who, {}) for r in rounds))
     last = rounds[-1]["ours"]
     gemm = report["gemm_gflops"]["1200x512x8000"]
-    rate = mean("ours", "train_tgt_tokens_per_sec")
-    achieved = rate * last["train_flops"] / 1e9
     print(f"\nGEMM fp32: {gemm:.1f} GFLOP/s (1200x512x8000), "
           f"{report['gemm_gflops']['64x512x1536']:.1f} GFLOP/s (64x512x1536)")
-    print(f"model: {last['parameters_m']:.2f}M parameters, vocab {last['vocab']}, "
-          f"{last['train_flops'] / 1e6:.1f} MFLOP per target token (forward+backward)")
-    for part, macs in last["macs_forward"].items():
-        print(f"  {part:<28} {macs / 1e6:6.2f} M multiply-adds forward")
-    print(f"training: {rate:,.0f} target tokens/s ({last['train_sec_per_step']:.3f} s/step, "
-          f"{last['mean_tgt_tokens_per_batch']:.0f} tokens/batch) = {achieved:.1f} GFLOP/s = "
-          f"{100 * achieved / gemm:.0f}% of the GEMM rate (ceiling {gemm * 1e9 / last['train_flops']:,.0f} tok/s)")
-    print(f"peak memory: {last['peak_rss_train_gb']:.2f} GB after training, {last['peak_rss_gb']:.2f} GB in all")
+    if "train_tgt_tokens_per_sec" in last:  # not with --decode-only
+        rate = mean("ours", "train_tgt_tokens_per_sec")
+        achieved = rate * last["train_flops"] / 1e9
+        print(f"model: {last['parameters_m']:.2f}M parameters, vocab {last['vocab']}, "
+              f"{last['train_flops'] / 1e6:.1f} MFLOP per target token (forward+backward)")
+        for part, macs in last["macs_forward"].items():
+            print(f"  {part:<28} {macs / 1e6:6.2f} M multiply-adds forward")
+        print(f"training: {rate:,.0f} target tokens/s ({last['train_sec_per_step']:.3f} s/step, "
+              f"{last['mean_tgt_tokens_per_batch']:.0f} tokens/batch) = {achieved:.1f} GFLOP/s = "
+              f"{100 * achieved / gemm:.0f}% of the GEMM rate (ceiling {gemm * 1e9 / last['train_flops']:,.0f} tok/s)")
+        print(f"peak memory: {last['peak_rss_train_gb']:.2f} GB after training, {last['peak_rss_gb']:.2f} GB in all")
     print(f"translation: {mean('ours', 'test_greedy_sent_per_sec'):.1f} sent/s greedy, "
           f"{mean('ours', 'test_beam5_sent_per_sec'):.1f} sent/s beam 5")
     if "scaling" in last:
@@ -273,7 +300,7 @@ def summarize(report: dict, peer_name: str | None) -> None:
                 print(f"{key}: ours {mean('ours', key):,.1f} / {peer_name} {theirs:,.1f} = "
                       f"{mean('ours', key) / theirs:.2f}x")
         theirs = mean(peer_name, "peak_rss_train_gb")
-        if theirs:
+        if theirs and "peak_rss_train_gb" in last:
             print(f"peak training memory: ours {last['peak_rss_train_gb']:.2f} GB / {peer_name} {theirs:.2f} GB")
 
 

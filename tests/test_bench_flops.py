@@ -1,4 +1,4 @@
-"""The FLOP count of bench/speed.py (bench/README.md) against hand-computed values for the default model."""
+"""bench/speed.py: its FLOP count (bench/README.md) against hand-computed values, and its parser of the peers' results."""
 
 from __future__ import annotations
 
@@ -52,3 +52,19 @@ def test_peer_results_are_parsed_from_the_peer_scripts_files(speed, tmp_path):
     assert found["train_tgt_tokens_per_sec"] == 905
     assert (found["test_greedy_sent_per_sec"], found["test_beam5_sent_per_sec"]) == (87.72, 36.50)
     assert found["peak_rss_train_gb"] == pytest.approx(1531284 / 1024**2)
+
+
+def test_peer_results_decode_only_ignores_the_earlier_training_files(speed, tmp_path):
+    """--decode-only reads the peer's eval.txt alone: its training files are from an earlier round."""
+    (tmp_path / "throughput.txt").write_text("         steady 50-350: tgt     914 tok/s | src+tgt    1798 tok/s\n")
+    (tmp_path / "train.time").write_text("\tMaximum resident set size (kbytes): 1549652\n")
+    (tmp_path / "eval.txt").write_text("checkpoint: run/model_step_400.pt\n"
+                                       "beam1 decode: Total translation time (s): 9.3 => 107.53 sent/s\n"
+                                       "beam5 decode: Total translation time (s): 22.2 => 45.05 sent/s\n")
+    full = speed.parse_peer_results(tmp_path)
+    assert full["train_tgt_tokens_per_sec"] == 914.0
+    assert full["peak_rss_train_gb"] == pytest.approx(1549652 / 1024**2)
+    assert (full["test_greedy_sent_per_sec"], full["test_beam5_sent_per_sec"]) == (107.53, 45.05)
+    decode = speed.parse_peer_results(tmp_path, decode_only=True)
+    assert "train_tgt_tokens_per_sec" not in decode and "peak_rss_train_gb" not in decode
+    assert (decode["test_greedy_sent_per_sec"], decode["test_beam5_sent_per_sec"]) == (107.53, 45.05)
