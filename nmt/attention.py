@@ -36,7 +36,7 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
 
 
-def attend(weights: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+def context_vectors(weights: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     """Context vectors ``c = Σ_s a(s) h̄_s`` (Luong et al. 2015, §3.1): weights ``[B, S]`` or ``[B, K, S]``,
     keys ``[B, S, Hk]`` -> context ``[B, Hk]`` or ``[B, K, Hk]``."""
     if weights.dim() == 2:
@@ -80,7 +80,7 @@ class Attention(nn.Module):
         if prepared is None:
             prepared = self.prepare(keys)
         weights = masked_softmax(self.score(query, prepared), mask)  # [B, S] or [B, K, S]
-        return attend(weights, keys), weights
+        return context_vectors(weights, keys), weights
 
 
 def _bilinear(query: torch.Tensor, prepared: torch.Tensor) -> torch.Tensor:
@@ -232,4 +232,4 @@ class LocalP(Attention):
         in_window = mask & (distance.abs() <= self.window)  # [B, (K,) S]
         align = masked_softmax(self.inner.score(query, prepared), in_window)  # [B, (K,) S]
         weights = align * torch.exp(-(distance**2) / (2 * self.sigma**2))  # [B, (K,) S]
-        return attend(weights, keys), weights
+        return context_vectors(weights, keys), weights
