@@ -6,7 +6,7 @@ import sys
 
 import hydra
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from nmt import checkpoint
 from nmt.evaluate import save_alignments, score, translate
@@ -22,7 +22,10 @@ def main(cfg: DictConfig) -> None:
     """Load the checkpoint, translate every input line (one output line each), save what was asked.
 
     A missing or unreadable checkpoint or input file, or a reference with another line count, ends the run with
-    one ``error:`` line naming the file (exit status 1) instead of a traceback."""
+    one ``error:`` line naming the file (exit status 1) instead of a traceback; so does a required key left out."""
+    if missing := sorted(OmegaConf.missing_keys(cfg)):
+        sys.exit(f"translate.py: error: missing {', '.join(k + '=...' for k in missing)}; usage: "
+                 "python translate.py checkpoint=PATH input=FILE output=FILE (see conf/translate.yaml)")
     try:
         run(cfg)
     except (FileNotFoundError, checkpoint.CheckpointError, TextFileError, ValueError) as err:

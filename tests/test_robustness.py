@@ -160,3 +160,11 @@ def test_translate_with_a_missing_checkpoint_says_so_in_one_line(repo_root, tmp_
     assert proc.returncode == 1
     assert stderr.strip() == f"translate.py: error: checkpoint not found: {tmp_path}/nope.pt"
     assert not (tmp_path / "out.en").exists()
+
+
+def test_translate_without_input_names_the_missing_key_in_one_line(repo_root, tmp_path):
+    proc = run_script([str(repo_root / "translate.py"), f"checkpoint={tmp_path}/model.pt"], tmp_path)
+    stderr = proc.stderr.decode()
+    assert proc.returncode == 1
+    assert stderr.strip().startswith("translate.py: error: missing input=...; usage: python translate.py")
+    assert "Traceback" not in stderr
