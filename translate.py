@@ -3,6 +3,7 @@
 import json
 import logging
 import sys
+import time
 
 import hydra
 import torch
@@ -15,6 +16,7 @@ from nmt.plot import plot_npz
 from nmt.textio import TextFileError, atomic_write, read_lines
 
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
+log = logging.getLogger("translate")
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="translate")
@@ -42,8 +44,13 @@ def run(cfg: DictConfig) -> None:
     model, model_cfg, src_tok, tgt_tok, _ = checkpoint.load(cfg.checkpoint, device)
     # a model trained on normalized text (data.normalize, e.g. the alignment presets) sees its input the same way
     sentences = Normalizer.from_config(model_cfg.data.get("normalize"), model_cfg.data.src_lang).lines(sentences)
+    start = time.perf_counter()
     results = translate(model, src_tok, tgt_tok, sentences, cfg.decode, device, beam_size=cfg.beam_size)
+    seconds = time.perf_counter() - start
     atomic_write(cfg.output, "".join(t.text + "\n" for t in results))
+    log.info("translated %d lines (%d empty) in %.1f s (%.1f sentences/s), beam size %d: %s", len(results),
+             sum(not s.strip() for s in sentences), seconds, len(results) / max(seconds, 1e-9),
+             cfg.beam_size or cfg.decode.beam_size, "stdout" if cfg.output == "-" else cfg.output)
     if cfg.alignments:
         save_alignments(cfg.alignments, results)
         if cfg.plots:

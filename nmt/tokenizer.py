@@ -174,17 +174,17 @@ class Tokenizer:
 
         ``sample_alpha > 0`` samples segmentations (subword regularization, Kudo 2018; BPE-dropout with
         probability alpha for BPE models, Provilkov et al. 2020) in one thread, so that
-        ``spm.set_random_generator_seed`` makes the result reproducible.
-
-        Raises:
-            ValueError: for sampling with a restricted vocabulary (SentencePiece's sampling ignores it).
+        ``spm.set_random_generator_seed`` makes the result reproducible. With a restricted vocabulary the
+        sampled pieces stay inside it (SentencePiece skips, or splits back into their parts, the pieces marked
+        unused); a sampled sentence that still held a piece outside it would get its best segmentation instead.
         """
         head = [BOS_ID] if add_bos else []
         if sample_alpha > 0:
-            if self.vocab is not None:
-                raise ValueError("subword sampling (tokenizer.sample_alpha > 0) cannot be combined with a restricted "
-                                 "vocabulary: set tokenizer.restrict_vocab=false")
             encoded = self.sp.encode(texts, enable_sampling=True, alpha=sample_alpha, nbest_size=-1, num_threads=1)
+            if self.vocab is not None:
+                outside = [i for i, ids in enumerate(encoded) if any(self._to_model[j] == UNK_ID for j in ids)]
+                for i, best in zip(outside, self.sp.encode([texts[i] for i in outside])):
+                    encoded[i] = best
         else:
             encoded = self.sp.encode(texts)
         return [head + self._model_ids(ids) + [EOS_ID] for ids in encoded]

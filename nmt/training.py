@@ -214,9 +214,9 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = ()) -> dict:
         spm.set_random_generator_seed(cfg.seed + epoch)
         return encode_pairs(splits["train"], src_tok, tgt_tok, data_cfg.max_len, sample_alpha=alpha, quiet=True)
     valid_pairs = encode_pairs(splits["valid"], src_tok, tgt_tok)
-    log.info("model: %.2fM parameters, attention=%s, decoder=%s, device=%s; %d training pairs",
+    log.info("model: %.2fM parameters, attention=%s, decoder=%s, device=%s; %d training pairs; run folder %s",
              sum(p.numel() for p in model.parameters()) / 1e6, type(model.decoder.attention).__name__,
-             cfg.decoder.style, device, len(train_pairs))
+             cfg.decoder.style, device, len(train_pairs), run_dir.resolve())
     optimizer, scheduler = make_optimizer(model, cfg)
     progress = Progress()
     if payload is not None:
@@ -239,6 +239,9 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = ()) -> dict:
         return {**results, "interrupted": True}
     results.update(final_evaluation(cfg, splits, run_dir, device, progress.best_bleu))
     log.info("final: %s", json.dumps(results))
+    log.info("done: test BLEU %s in %s (checkpoints/, eval/, plots/)",
+             " / ".join(f"{results[k]:.2f} {k.split('_')[1]}" for k in results
+                        if k.startswith("test_") and k.endswith("_bleu")) or "-", run_dir.resolve())
     return results
 
 

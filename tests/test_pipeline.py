@@ -107,6 +107,11 @@ def test_run_layout(run_dir):
     assert sorted(p.name for p in (run_dir / "spm").iterdir()) == ["joint.model", "joint.vocab"]
     leftovers = [p for p in run_dir.rglob("*") if p.name.endswith(".tmp")]
     assert not leftovers, f"temporary files left behind: {leftovers}"
+    # the log names the run folder when training starts and again, with the test BLEU, at the end
+    log = (run_dir / "train.log").read_text(encoding="utf-8")
+    scores = json.loads((run_dir / "eval" / "test.scores.json").read_text(encoding="utf-8"))
+    assert f"run folder {run_dir.resolve()}" in log
+    assert "done: test BLEU " in log and f"{scores['bleu']:.2f} beam{BEAM} in {run_dir.resolve()}" in log
 
 
 def test_metrics(run_dir):
@@ -214,13 +219,16 @@ def test_translate_file(run_dir, references, repo_root, final_checkpoint, tmp_pa
     source_file = tmp_path / "in.de"
     source_file.write_bytes("".join(line + "\r\n" for line in lines).encode("utf-8"))
     out, npz = tmp_path / "out" / "in.en", tmp_path / "out" / "in.alignments.npz"
-    run(["translate.py", f"checkpoint={final_checkpoint}", f"input={source_file}",
-         f"output={out}", f"beam_size={BEAM}", f"alignments={npz}", f"plots={tmp_path / 'plots'}", "plot_first=3",
-         "device=cpu"], cwd=repo_root)
+    proc = run(["translate.py", f"checkpoint={final_checkpoint}", f"input={source_file}",
+                f"output={out}", f"beam_size={BEAM}", f"alignments={npz}", f"plots={tmp_path / 'plots'}",
+                "plot_first=3", "device=cpu"], cwd=repo_root)
 
     outputs = read_text_lines(out)
     assert len(outputs) == len(lines)
     blank = [i for i, line in enumerate(lines) if not line.strip()]
+    # success is reported on stderr: line counts, speed, beam size and where the translations went
+    assert f"translated {len(lines)} lines ({len(blank)} empty) in " in proc.stderr.decode()
+    assert f"beam size {BEAM}: {out}" in proc.stderr.decode()
     assert [outputs[i] for i in blank] == [""] * len(blank)
     assert [outputs[i] for i in where] == read_text_lines(run_dir / "eval" / "test.hyp")
     assert all(outputs[i] for i in where) and not any("\r" in o for o in outputs)

@@ -118,6 +118,34 @@ def test_subword_sampling_round_trips_varies_and_is_seeded(tokenizer, small_spli
     assert sum(map(len, first)) > sum(map(len, best))
 
 
+def test_subword_sampling_stays_inside_a_restricted_vocabulary(tokenizer, small_splits):
+    """Sampling (tokenizer.sample_alpha) with tokenizer.restrict_vocab: the English side's sampled segmentations of
+    English and of German text (the pieces German needs are the ones most often outside it) use kept pieces only,
+    never <unk>, round-trip, and still differ from the best segmentation."""
+    english, german = small_splits["train"].tgt, small_splits["train"].src
+    target = tokenizer.restricted(english)
+    for texts in (english[:300], german[:300]):
+        spm.set_random_generator_seed(11)
+        sampled = target.encode_batch(texts, sample_alpha=0.3)
+        assert all(max(ids) < len(target) and UNK_ID not in ids for ids in sampled)
+        assert [target.decode(ids) for ids in sampled] == [" ".join(t.split()) for t in texts]
+        assert sum(a != b for a, b in zip(sampled, target.encode_batch(texts))) > 100
+
+    class OutsideSampler:  # a sampler that returns a piece outside the vocabulary for the first sentence
+        def __init__(self, sp):
+            self.sp = sp
+
+        def encode(self, texts, **options):
+            encoded = self.sp.encode(texts, **options)
+            if options.get("enable_sampling"):
+                encoded[0] = [next(i for i in range(4, 8000) if i not in target.vocab)]
+            return encoded
+
+    target.sp = OutsideSampler(target.sp)
+    sampled = target.encode_batch(english[:2], sample_alpha=0.3)
+    assert sampled[0] == target.encode(english[0]) and UNK_ID not in sampled[0]  # the best segmentation instead
+
+
 def test_restricted_vocabulary_keeps_round_trips_and_only_used_pieces(tokenizer, small_splits):
     """tokenizer.restrict_vocab: the target side of a joint model keeps the pieces English uses; German text then
     segments into kept pieces only, decodes back unchanged, and unseen characters still use byte pieces."""
@@ -133,8 +161,6 @@ def test_restricted_vocabulary_keeps_round_trips_and_only_used_pieces(tokenizer,
         assert target.decode(ids) == " ".join(text.split())
     assert target.pieces(target.encode("a dog")) == tokenizer.pieces(tokenizer.encode("a dog"))
     assert target.piece_to_id("<0xC3>") != UNK_ID
-    with pytest.raises(ValueError, match="restrict_vocab=false"):
-        target.encode_batch(["a dog"], sample_alpha=0.1)
     with pytest.raises(ValueError, match="special ids"):
         Tokenizer(tokenizer.model_proto, vocab=[0, 1, 2, 10])
 
