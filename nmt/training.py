@@ -100,7 +100,7 @@ class BudgetDecay:
     """
 
     def __init__(self, optimizer, t):
-        check_schedule(t)
+        check_schedule(t, warn=False)
         self.start = float(t.get("lr_decay_start") or 0.0)
         self.optimizer, self.lr, self.min_lr = optimizer, float(t.lr), float(t.min_lr or 0.0)
         self.max_steps, self.max_seconds = t.get("max_steps"), 60.0 * (t.get("max_minutes") or 0)
@@ -132,8 +132,10 @@ class BudgetDecay:
 SCHEDULERS = ("plateau", "budget", "constant")
 
 
-def check_schedule(t) -> None:
-    """Check the learning-rate settings of ``cfg.train`` before any work is done.
+def check_schedule(t, warn: bool = True) -> None:
+    """Check the learning-rate settings of ``cfg.train`` before any work is done; with ``warn``, also log the
+    settings that work against each other (``lr_decay_start`` without the budget schedule; early stopping with
+    it, which can end the run before the rate has decayed).
 
     Raises:
         ValueError: for an unknown ``lr_scheduler``; for ``budget`` without a positive ``max_minutes`` or
@@ -143,7 +145,7 @@ def check_schedule(t) -> None:
         raise ValueError(f"train.lr_scheduler must be 'plateau', 'budget' or 'constant', got {t.lr_scheduler!r}")
     start = t.get("lr_decay_start") or 0.0
     if t.lr_scheduler != "budget":
-        if start:
+        if start and warn:
             log.warning("train.lr_decay_start=%s is ignored: it applies to train.lr_scheduler=budget only", start)
         return
     if not (t.get("max_minutes") or 0) > 0 and not (t.get("max_steps") or 0) > 0:
@@ -155,6 +157,10 @@ def check_schedule(t) -> None:
     if (t.get("min_lr") or 0.0) > t.lr:
         raise ValueError(f"train.min_lr={t.min_lr} is above train.lr={t.lr}: the budget schedule decays from lr "
                          f"to min_lr, so min_lr must be smaller")
+    if warn and t.get("patience"):
+        log.warning("train.patience=%s: early stopping can end the run before the budget schedule has decayed the "
+                    "rate (the decay is where it gains most); set train.patience=null to train for the whole "
+                    "budget", t.patience)
 
 
 def make_optimizer(model, cfg):

@@ -8,7 +8,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from nmt.training import BudgetDecay, make_optimizer, train
+from nmt.training import BudgetDecay, check_schedule, make_optimizer, train
 from tests.test_resume import TINY
 
 
@@ -54,6 +54,20 @@ def test_decay_start_keeps_the_rate_then_decays_over_the_rest():
 def test_errors_say_what_to_set(settings, message):
     with pytest.raises(ValueError, match=message):
         budget(**settings)
+
+
+def test_early_stopping_with_the_budget_schedule_is_warned_about_once(caplog):
+    """patience cuts a budget decay short (a 90-minute run stopped at 74% of its budget this way): train()'s check
+    says so before any work; the schedule itself, built afterwards, does not repeat it."""
+    t = OmegaConf.create({"lr_scheduler": "budget", "lr": 1e-3, "min_lr": 1e-5, "max_minutes": 90, "patience": 8})
+    caplog.set_level("WARNING", logger="nmt.training")
+    check_schedule(t)
+    assert "train.patience=8: early stopping can end the run before the budget schedule" in caplog.text
+    caplog.clear()
+    BudgetDecay(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1e-3), t)
+    check_schedule(OmegaConf.merge(t, {"patience": None}))
+    check_schedule(OmegaConf.merge(t, {"lr_scheduler": "plateau"}))
+    assert caplog.text == ""
 
 
 def test_unknown_scheduler_is_refused(compose_cfg):
