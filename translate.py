@@ -41,6 +41,10 @@ def run(cfg: DictConfig) -> None:
         torch.set_num_threads(cfg.threads)
     device = checkpoint.pick_device(cfg.device)
     sentences = read_lines(cfg.input)
+    references = read_lines(cfg.reference) if cfg.reference else None
+    if references is not None and len(references) != len(sentences):  # found before any translating
+        raise ValueError(f"{cfg.reference} has {len(references)} lines but {cfg.input} has {len(sentences)}: "
+                         "reference= needs one reference line per input line")
     model, model_cfg, src_tok, tgt_tok, _ = checkpoint.load(cfg.checkpoint, device)
     # a model trained on normalized text (data.normalize, e.g. the alignment presets) sees its input the same way
     sentences = Normalizer.from_config(model_cfg.data.get("normalize"), model_cfg.data.src_lang).lines(sentences)
@@ -56,8 +60,8 @@ def run(cfg: DictConfig) -> None:
         if cfg.plots:
             plot_npz(cfg.alignments, [i for i in range(min(cfg.plot_first, len(results))) if results[i].text],
                      cfg.plots)
-    if cfg.reference:
-        print(json.dumps(score([t.text for t in results], read_lines(cfg.reference)), indent=2), file=sys.stderr)
+    if references is not None:
+        print(json.dumps(score([t.text for t in results], references), indent=2), file=sys.stderr)
 
 
 if __name__ == "__main__":

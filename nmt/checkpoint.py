@@ -96,11 +96,21 @@ def load_payload(path: str | Path, map_location: str | torch.device = "cpu") -> 
 
     Raises:
         FileNotFoundError: naming the path.
-        CheckpointError: for a file that is not a checkpoint, is truncated, or holds pickled objects.
+        CheckpointError: for a folder (a run folder names the file to use), a file that is not a torch file at
+            all, one that is truncated, or one that holds pickled objects.
     """
     path = Path(path)
+    if path.is_dir():
+        hint = (f": a run folder; pass one of its checkpoints, e.g. {path / 'checkpoints' / 'best.pt'}"
+                if (path / "checkpoints").is_dir() else "")
+        raise CheckpointError(f"{path} is a folder, not a checkpoint file{hint}")
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
+    with open(path, "rb") as handle:
+        head = handle.read(4)
+    if not (head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"):  # torch.save's zip, or a legacy pickle
+        raise CheckpointError(f"{path} is not a checkpoint: it is not a file written by torch.save (it starts with "
+                              f"{head!r}); pass a .pt file from a run's checkpoints/ folder")
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:

@@ -220,6 +220,9 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = ()) -> dict:
         spm.set_random_generator_seed(cfg.seed + epoch)
         return encode_pairs(splits["train"], src_tok, tgt_tok, data_cfg.max_len, sample_alpha=alpha, quiet=True)
     valid_pairs = encode_pairs(splits["valid"], src_tok, tgt_tok)
+    if alpha:
+        log.info("subword regularization: a fresh sampled segmentation of the training data every epoch "
+                 "(tokenizer.sample_alpha=%s)", alpha)
     log.info("model: %.2fM parameters, attention=%s, decoder=%s, device=%s; %d training pairs; run folder %s",
              sum(p.numel() for p in model.parameters()) / 1e6, type(model.decoder.attention).__name__,
              cfg.decoder.style, device, len(train_pairs), run_dir.resolve())

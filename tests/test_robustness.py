@@ -168,3 +168,31 @@ def test_translate_without_input_names_the_missing_key_in_one_line(repo_root, tm
     assert proc.returncode == 1
     assert stderr.strip().startswith("translate.py: error: missing input=...; usage: python translate.py")
     assert "Traceback" not in stderr
+
+
+def test_a_run_folder_or_a_text_file_given_as_checkpoint_is_named_for_what_it_is(tiny_run, tmp_path):
+    """A run folder gets the path of its checkpoint to pass; a file torch.save did not write is called that, not
+    'pickled objects' with torch's advice to load it unsafely."""
+    from nmt.checkpoint import CheckpointError
+
+    with pytest.raises(CheckpointError, match=r"is a folder, not a checkpoint file: a run folder; pass one of its "
+                                              r"checkpoints, e\.g\. .*checkpoints/best\.pt"):
+        checkpoint.load(tiny_run)
+    (tmp_path / "notes.txt").write_text("a text file\n", encoding="utf-8")
+    with pytest.raises(CheckpointError, match=r"notes\.txt is not a checkpoint: it is not a file written by "
+                                              r"torch\.save \(it starts with b'a te'\)") as err:
+        checkpoint.load(tmp_path / "notes.txt")
+    assert "weights_only" not in str(err.value)
+
+
+def test_translate_checks_the_reference_line_count_before_translating(repo_root, tmp_path):
+    """reference= with another line count than input= fails at once, naming both files, and writes nothing (the
+    checkpoint is not even opened: this one does not exist)."""
+    (tmp_path / "in.de").write_text("Ein Hund.\nZwei Katzen.\n", encoding="utf-8")
+    (tmp_path / "ref.en").write_text("A dog.\n", encoding="utf-8")
+    proc = run_script([str(repo_root / "translate.py"), "checkpoint=nope.pt", "input=in.de", "output=out.en",
+                       "reference=ref.en"], tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.decode().strip() == (f"translate.py: error: {tmp_path}/ref.en has 1 lines but {tmp_path}/in.de "
+                                            "has 2: reference= needs one reference line per input line")
+    assert not (tmp_path / "out.en").exists()
