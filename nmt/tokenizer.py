@@ -181,13 +181,14 @@ class Tokenizer:
         head = [BOS_ID] if add_bos else []
         if sample_alpha > 0:
             encoded = self.sp.encode(texts, enable_sampling=True, alpha=sample_alpha, nbest_size=-1, num_threads=1)
-            if self.vocab is not None:
-                outside = [i for i, ids in enumerate(encoded) if any(self._to_model[j] == UNK_ID for j in ids)]
-                for i, best in zip(outside, self.sp.encode([texts[i] for i in outside])):
-                    encoded[i] = best
         else:
             encoded = self.sp.encode(texts)
-        return [head + self._model_ids(ids) + [EOS_ID] for ids in encoded]
+        ids = [self._model_ids(e) for e in encoded]
+        if sample_alpha > 0 and self.vocab is not None:
+            outside = [i for i, sentence in enumerate(ids) if UNK_ID in sentence]
+            for i, best in zip(outside, self.sp.encode([texts[i] for i in outside])):
+                ids[i] = self._model_ids(best)
+        return [head + sentence + [EOS_ID] for sentence in ids]
 
     def decode(self, ids: Iterable[int]) -> str:
         """Ids -> detokenized text; pad/bos/eos ids are dropped, byte pieces are joined into characters."""
