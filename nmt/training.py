@@ -11,6 +11,7 @@ import logging
 import math
 import shlex
 import signal
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -339,7 +340,11 @@ def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid
     t = cfg.train
     start = time.monotonic() - progress.train_seconds
     window = {"tokens": 0, "loss": 0.0, "steps": 0, "start": time.monotonic()}
-    bar = tqdm(total=t.max_steps, initial=progress.step, desc="train", unit="step", mininterval=2.0)
+    # a progress bar on a terminal; sent to a file (nohup, a scheduler's log) it would be one endless line of
+    # carriage returns, so there a plain log line every ``log_every`` steps replaces it
+    bar = tqdm(total=t.max_steps, initial=progress.step, desc="train", unit="step", mininterval=2.0,
+               disable=not sys.stderr.isatty())
+    log_every = t.get("log_every") or 0
     model.train()
 
     def check(stop):
@@ -363,8 +368,12 @@ def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid
                 progress.batch_in_epoch += 1
                 window.update(tokens=window["tokens"] + ntok, loss=window["loss"] + loss, steps=window["steps"] + 1)
                 bar.update(1)
-                bar.set_postfix(epoch=progress.epoch, loss=f"{loss / ntok:.3f}", refresh=False,
-                                tok_s=f"{window['tokens'] / max(time.monotonic() - window['start'], 1e-9):.0f}")
+                tok_s = window["tokens"] / max(time.monotonic() - window["start"], 1e-9)
+                bar.set_postfix(epoch=progress.epoch, loss=f"{loss / ntok:.3f}", tok_s=f"{tok_s:.0f}", refresh=False)
+                if bar.disable and log_every and progress.step % log_every == 0:
+                    log.info("step %d (epoch %d, %.1f min): train loss %.3f, %.0f tok/s, lr %.3g",
+                             progress.step, progress.epoch, (time.monotonic() - start) / 60,
+                             window["loss"] / max(window["tokens"], 1), tok_s, optimizer.param_groups[0]["lr"])
                 if flag["signal"]:
                     bar.close()
                     return interrupted(cfg, model, optimizer, scheduler, toks, run_dir, progress, flag["signal"],

@@ -13,6 +13,7 @@ import gzip
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -76,7 +77,8 @@ def load_alignments(npz_path):
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory, repo_root, multi30k_dir):
     out = tmp_path_factory.mktemp("train_run")
-    run(["train.py", *TRAIN_OVERRIDES, f"hydra.run.dir={out}"], cwd=repo_root, timeout=400)
+    proc = run(["train.py", *TRAIN_OVERRIDES, f"hydra.run.dir={out}"], cwd=repo_root, timeout=400)
+    out.with_name(out.name + ".stderr").write_bytes(proc.stderr)
     return out
 
 
@@ -112,6 +114,16 @@ def test_run_layout(run_dir):
     scores = json.loads((run_dir / "eval" / "test.scores.json").read_text(encoding="utf-8"))
     assert f"run folder {run_dir.resolve()}" in log
     assert "done: test BLEU " in log and f"{scores['bleu']:.2f} beam{BEAM} in {run_dir.resolve()}" in log
+
+
+def test_progress_lines_without_terminal(run_dir):
+    """stderr is a pipe here: no tqdm bar (carriage returns) but a plain line every train.log_every=100 steps."""
+    stderr = run_dir.with_name(run_dir.name + ".stderr").read_text(encoding="utf-8")
+    log = (run_dir / "train.log").read_text(encoding="utf-8")
+    assert "\r" not in stderr and "train: " not in stderr
+    lines = re.findall(r"step (\d+) \(epoch \d+, [\d.]+ min\): train loss ([\d.]+), (\d+) tok/s, lr ([\d.e-]+)", log)
+    assert [int(step) for step, *_ in lines] == [100]
+    assert 0 < float(lines[0][1]) < 10 and int(lines[0][2]) > 0 and float(lines[0][3]) > 0
 
 
 def test_metrics(run_dir):
