@@ -45,6 +45,8 @@ def run(cfg: DictConfig) -> None:
     if references is not None and len(references) != len(sentences):  # found before any translating
         raise ValueError(f"{cfg.reference} has {len(references)} lines but {cfg.input} has {len(sentences)}: "
                          "reference= needs one reference line per input line")
+    if cfg.alignments and not str(cfg.alignments).endswith(".npz"):
+        raise ValueError(f"alignments={cfg.alignments} must end in .npz (its tokens go to the .jsonl beside it)")
     model, model_cfg, src_tok, tgt_tok, _ = checkpoint.load(cfg.checkpoint, device)
     # a model trained on normalized text (data.normalize, e.g. the alignment presets) sees its input the same way
     sentences = Normalizer.from_config(model_cfg.data.get("normalize"), model_cfg.data.src_lang).lines(sentences)

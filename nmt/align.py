@@ -234,6 +234,8 @@ def parse_args(argv: Sequence[str]) -> dict:
         raise UsageError(f"lowercase={opts['lowercase']}; valid: auto (as the checkpoint's training data), true, false")
     if opts["direction_method"] not in METHODS:
         raise UsageError(f"direction_method={opts['direction_method']}; valid: {', '.join(METHODS)}")
+    if opts["matrices"] and not opts["matrices"].endswith(".npz"):
+        raise UsageError(f"matrices={opts['matrices']} must end in .npz (its tokens go to the .jsonl beside it)")
     reverse = opts["reverse_checkpoint"]
     if opts["combine"] is not None:
         if opts["combine"] not in COMBINATIONS or not reverse:
@@ -253,8 +255,6 @@ def parse_args(argv: Sequence[str]) -> dict:
                 else " (symmetrization needs reverse_checkpoint=PATH, a model trained target -> source)")
         raise UsageError(f"method={opts['method']}{hint}; valid methods "
                          f"{'with' if reverse else 'without'} reverse_checkpoint: {', '.join(valid)}")
-    if opts["matrices"] and not opts["matrices"].endswith(".npz"):
-        raise UsageError(f"matrices={opts['matrices']} must end in .npz (its tokens go to the .jsonl beside it)")
     return opts
 
 

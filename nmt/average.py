@@ -15,7 +15,6 @@ and aligns like any other (``translate.py checkpoint=averaged.pt``).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ from pathlib import Path
 import torch
 
 from nmt.checkpoint import CheckpointError, load_payload, write_payload
+from nmt.curves import read_curve
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,8 @@ def select_checkpoints(run_dir: str | Path, best: int | None = None, last: int |
 
     Raises:
         FileNotFoundError: if the run has no step checkpoints (train with ``train.keep_best=K``).
+        ValueError: a line of ``metrics.jsonl`` that is not a validation record (naming the file and line; an
+            incomplete last line that a running training is writing is skipped with a warning).
     """
     ckpt_dir = Path(run_dir) / "checkpoints"
     steps = {int(p.stem.split("_")[1]): p for p in ckpt_dir.glob("step_*.pt") if p.stem.split("_")[1].isdigit()}
@@ -88,12 +90,9 @@ def select_checkpoints(run_dir: str | Path, best: int | None = None, last: int |
                                 "train.keep_best=K (K > 0)")
     if last:
         return [steps[s] for s in sorted(steps)[-last:]]
-    bleu = {}
     metrics = Path(run_dir) / "metrics.jsonl"
-    if metrics.is_file():
-        for line in metrics.read_text(encoding="utf-8").splitlines():
-            record = json.loads(line)
-            bleu[record["step"]] = record.get("valid_bleu", float("-inf"))
+    has_records = metrics.is_file() and metrics.read_text(encoding="utf-8").strip()
+    bleu = {r["step"]: r["valid_bleu"] for r in read_curve(run_dir).records} if has_records else {}
     ranked = sorted(steps, key=lambda s: (bleu.get(s, float("-inf")), s), reverse=True)
     return [steps[s] for s in ranked[: best or len(ranked)]]
 
@@ -120,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             paths = [Path(p) for p in args.inputs]
         average_checkpoints(paths, args.out)
-    except (CheckpointError, FileNotFoundError) as error:
+    except (CheckpointError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     print(f"wrote {args.out} (mean of {', '.join(str(p) for p in paths)})")

@@ -8,14 +8,16 @@ architecture is always rebuilt from the config stored in it, never from the curr
 
 from __future__ import annotations
 
+import copy
 import io
 import pickle
 from pathlib import Path
 
 import torch
 from hydra.utils import instantiate, to_absolute_path
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
+from nmt import attention
 from nmt.model import Decoder, Encoder, Seq2Seq
 from nmt.textio import atomic_write
 from nmt.tokenizer import PAD_ID, Tokenizer
@@ -40,11 +42,32 @@ def absolute_paths(cfg: DictConfig, keys: tuple[str, ...]) -> None:
             OmegaConf.update(cfg, key, to_absolute_path(str(value)))
 
 
+def adopt(cfg: DictConfig, source: DictConfig, keys: tuple[str, ...]) -> DictConfig:
+    """A copy of ``cfg`` whose top-level nodes ``keys`` are those of ``source`` (e.g. a checkpoint's config when
+    resuming: its architecture, tokenizer and data, whatever the command line says)."""
+    out = copy.deepcopy(cfg)
+    with open_dict(out):
+        for key in keys:
+            out[key] = copy.deepcopy(source.get(key))
+    return out
+
+
 def pick_device(name: str) -> torch.device:
-    """``auto`` -> cuda when available, else cpu; anything else is passed to ``torch.device``."""
+    """``auto`` -> cuda when available, else cpu; anything else is passed to ``torch.device``.
+
+    Raises:
+        ValueError: naming ``device=`` for a name torch does not know, or for CUDA on a machine without it.
+    """
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device={name} is not a device: use device=auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={name}: this machine (torch {torch.__version__}) has no usable CUDA GPU; use "
+                         "device=cpu or device=auto") from None
+    return device
 
 
 def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq:
@@ -60,6 +83,30 @@ def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Se
                       num_layers=m.decoder_layers, dropout=m.dropout, style=cfg.decoder.style, pad_id=PAD_ID,
                       tie_embeddings=m.get("tie_embeddings", False))
     return Seq2Seq(encoder, decoder)
+
+
+def check_attention_node(node, path: str | Path) -> None:
+    """Refuse a stored ``attention`` config that would make ``instantiate`` run anything but an attention model.
+
+    ``build_model`` instantiates ``cfg.attention``; from a checkpoint that node is data written by someone else,
+    so its ``_target_`` must name an :class:`nmt.attention.Attention` subclass and every other value must be a
+    plain scalar (no ``_args_``, no nested nodes that Hydra would instantiate too).
+
+    Raises:
+        CheckpointError: naming the file and the offending entry.
+    """
+    if not isinstance(node, dict):
+        raise CheckpointError(f"{path}: its config has no attention node (got {type(node).__name__})")
+    target = node.get("_target_")
+    module, _, name = str(target).rpartition(".")
+    cls = getattr(attention, name, None) if module == "nmt.attention" else None
+    if not (isinstance(cls, type) and issubclass(cls, attention.Attention) and cls is not attention.Attention):
+        raise CheckpointError(f"{path}: refused: its config names attention._target_={target!r}, which is not an "
+                              f"nmt.attention model; only load checkpoints written by nmt")
+    for key, value in node.items():
+        if (key.startswith("_") and key not in ("_target_", "_partial_")) or isinstance(value, (dict, list)):
+            raise CheckpointError(f"{path}: refused: its config holds attention.{key}={value!r}, which is not a "
+                                  f"plain setting of an attention model; only load checkpoints written by nmt")
 
 
 def bytes_tensor(data: bytes) -> torch.Tensor:
@@ -134,7 +181,8 @@ def load(path: str | Path, map_location: str | torch.device = "cpu"):
 
     Raises:
         FileNotFoundError / CheckpointError (see :func:`load_payload`), also when the stored SentencePiece
-        models do not match the model's vocabulary sizes.
+        models do not match the model's vocabulary sizes, when the stored architecture cannot be built, and when
+        its attention node names anything but an attention model (see :func:`check_attention_node`).
     """
     payload = load_payload(path, map_location)
     cfg = OmegaConf.create(payload["config"])
@@ -144,7 +192,11 @@ def load(path: str | Path, map_location: str | torch.device = "cpu"):
                                       else None) for side in ("src", "tgt"))
     except (RuntimeError, ValueError) as err:
         raise CheckpointError(f"{path}: the sentencepiece model stored in it is unusable: {err}") from None
-    model = build_model(cfg, len(src_tok), len(tgt_tok))
+    check_attention_node(payload["config"].get("attention"), path)
+    try:
+        model = build_model(cfg, len(src_tok), len(tgt_tok))
+    except Exception as err:  # noqa: BLE001 - Hydra's, OmegaConf's and the modules' own errors alike
+        raise CheckpointError(f"{path}: the architecture in its config cannot be built: {err}") from None
     try:
         model.load_state_dict(payload["model"])
     except RuntimeError as err:

@@ -117,10 +117,17 @@ def save_results(prefix: str | Path, translations: list[Translation], scores: di
 
 
 def save_alignments(npz_path: str | Path, translations: list[Translation]) -> None:
-    """The alignment matrices (``npz_path``) and their tokens (same path with ``.jsonl``), atomically."""
+    """The alignment matrices (``npz_path``) and their tokens (same path with ``.jsonl``), atomically.
+
+    Raises:
+        ValueError: when ``npz_path`` does not end in ``.npz`` (the tokens file is named after it, and
+            :func:`nmt.plot.plot_npz` looks for it there).
+    """
+    if not str(npz_path).endswith(".npz"):
+        raise ValueError(f"alignments={npz_path} must end in .npz (its tokens go to the .jsonl beside it)")
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **{str(i): t.alignment for i, t in enumerate(translations)})
     atomic_write(npz_path, buffer.getvalue())
     jsonl = "".join(json.dumps({"index": i, "source_tokens": t.src_pieces, "hypothesis_tokens": t.hyp_pieces},
                                ensure_ascii=False) + "\n" for i, t in enumerate(translations))
-    atomic_write(str(npz_path)[: -len(".npz")] + ".jsonl", jsonl)
+    atomic_write(Path(npz_path).with_suffix(".jsonl"), jsonl)

@@ -24,10 +24,12 @@ from tqdm import tqdm
 
 from nmt import checkpoint
 from nmt.average import average_checkpoints, select_checkpoints
+from nmt.curves import read_curve
 from nmt.data import Parallel, encode_pairs, iterate_batches, load_splits
 from nmt.evaluate import save_results, score, translate
 from nmt.loss import label_smoothed_cross_entropy
 from nmt.plot import plot_npz
+from nmt.textio import atomic_write
 from nmt.tokenizer import PAD_ID, Tokenizer, train_spm
 
 log = logging.getLogger(__name__)
@@ -172,7 +174,7 @@ def make_optimizer(model, cfg):
     if cfg.train.lr_scheduler == "plateau":
         scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
             optimizer, mode="max", factor=cfg.train.lr_factor, patience=cfg.train.lr_patience,
-            min_lr=cfg.train.min_lr)
+            min_lr=cfg.train.min_lr or 0.0)  # null = no floor, as for the budget schedule
     elif cfg.train.lr_scheduler == "budget":
         scheduler = BudgetDecay(optimizer, cfg.train)
     elif cfg.train.lr_scheduler == "constant":
@@ -204,7 +206,8 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = ()) -> dict:
     resume = cfg.train.get("resume") or (run_dir / "checkpoints" / "last.pt")
     payload = None
     if cfg.train.get("resume") or Path(resume).is_file():
-        model, src_tok, tgt_tok, payload, data_cfg = resume_from(resume, cfg, run_dir, device)
+        model, src_tok, tgt_tok, payload, cfg = resume_from(resume, cfg, run_dir, device)
+        data_cfg = cfg.data
         splits = load_splits(data_cfg)
     else:
         data_cfg = cfg.data
@@ -259,6 +262,9 @@ SCHEDULE_KEYS = ("lr_scheduler", "lr", "min_lr", "lr_factor", "lr_patience", "lr
                  "max_minutes")
 
 
+FROM_CHECKPOINT = ("model", "attention", "decoder", "tokenizer", "data")  # what a resumed run cannot change
+
+
 def resume_from(path, cfg, run_dir: Path, device):
     """Model, tokenizers and data config from a checkpoint to resume; its SentencePiece models are copied to
     ``run_dir/spm``.
@@ -266,11 +272,23 @@ def resume_from(path, cfg, run_dir: Path, device):
     The architecture and the corpus (``data``, with its paths already absolute) come from the checkpoint's own
     config, so a resumed run trains on the same data; a different one on the command line is ignored with a
     warning, and so does a changed learning-rate schedule. Resuming into another run folder copies the
-    checkpoint's ``best.pt`` and ``step_N.pt`` along, so the final evaluation and averaging still see them.
-    Returns ``(model, src_tok, tgt_tok, payload, data_cfg)``.
+    checkpoint's ``best.pt`` and ``step_N.pt`` along, and its run's ``metrics.jsonl`` records up to the
+    checkpoint's step, so the final evaluation and averaging still see them.
+    Returns ``(model, src_tok, tgt_tok, payload, cfg)``: ``cfg`` is the command line's config with those groups
+    (``FROM_CHECKPOINT``) taken from the checkpoint, so the checkpoints, logs and scores of the resumed run
+    describe the model it trains.
+
+    Raises:
+        FileNotFoundError / nmt.checkpoint.CheckpointError: as :func:`nmt.checkpoint.load`, and for a checkpoint
+            that holds weights only (``step_N.pt``, ``averaged.pt``): resume from ``last.pt`` (or ``best.pt``).
     """
     model, ckpt_cfg, src_tok, tgt_tok, payload = checkpoint.load(path, device)
-    for key in ("model", "attention", "decoder", "tokenizer", "data"):
+    missing = [key for key in ("optimizer", "progress", "rng") if key not in payload]
+    if missing:
+        raise checkpoint.CheckpointError(
+            f"{path} holds weights only (no {', '.join(missing)}), so training cannot continue from it: resume from "
+            f"the run's checkpoints/last.pt (or best.pt), or start a new run")
+    for key in FROM_CHECKPOINT:
         if ckpt_cfg.get(key) != cfg.get(key):
             log.warning("resuming %s: %s comes from the checkpoint (%s), not from the command line (%s)",
                         path, key, ckpt_cfg.get(key), cfg.get(key))
@@ -286,12 +304,19 @@ def resume_from(path, cfg, run_dir: Path, device):
         for kept in [source_dir / "best.pt", *sorted(source_dir.glob("step_*.pt"))]:
             if kept.is_file() and not (target_dir / kept.name).exists():
                 checkpoint.write_payload(target_dir / kept.name, checkpoint.load_payload(kept))
+        # and the validations up to the checkpoint's step: averaging ranks the copied step_N.pt by them, and the
+        # new run's learning curve continues the old one
+        source_metrics, target_metrics = source_dir.parent / "metrics.jsonl", run_dir / "metrics.jsonl"
+        if source_metrics.is_file() and source_metrics.read_text(encoding="utf-8").strip() \
+                and not target_metrics.exists():
+            records = [r for r in read_curve(source_dir.parent).records if r["step"] <= payload["progress"]["step"]]
+            atomic_write(target_metrics, "".join(json.dumps(r) + "\n" for r in records))
     spm_dir = run_dir / "spm"
     spm_dir.mkdir(parents=True, exist_ok=True)
     for name, tok in (("src", src_tok), ("tgt", tgt_tok)):
         if not (spm_dir / f"{name}.model").is_file():
             (spm_dir / f"{name}.model").write_bytes(tok.model_proto)
-    return model.train(), src_tok, tgt_tok, payload, ckpt_cfg.data
+    return model.train(), src_tok, tgt_tok, payload, checkpoint.adopt(cfg, ckpt_cfg, FROM_CHECKPOINT)
 
 
 @contextmanager
@@ -482,7 +507,7 @@ def final_checkpoint(cfg, valid: Parallel, run_dir: Path, device, best_bleu: flo
     """The checkpoint to evaluate: ``best.pt``, or with ``train.average`` the mean of the kept step checkpoints
     (``averaged.pt``) when its greedy validation BLEU is at least best.pt's. Returns (path, facts to report)."""
     best = run_dir / "checkpoints" / "best.pt"
-    if not (cfg.train.get("average") and cfg.train.get("keep_best", 0) > 1):
+    if not (cfg.train.get("average") and (cfg.train.get("keep_best") or 0) > 1):
         return best, {}
     paths = select_checkpoints(run_dir, best=cfg.train.keep_best)
     if len(paths) < 2:

@@ -189,7 +189,8 @@ def test_parse_args_defaults_and_errors():
     for bad, message in [(["out"], "not key=value"), (["shift=x"], "integers"), (["shift=-1"], "shift >= 0"),
                          (["method=best"], "argmax_target, argmax_source, threshold"),
                          (["reverse_checkpoint=r", "method=threshold"], "intersection, union"),
-                         (["matrices=m.txt"], ".npz"), (["out=o2"], "twice")]:
+                         (["matrices=m.txt"], ".npz"), (["out=o2"], "twice"),
+                         (["reverse_checkpoint=r", "combine=product", "matrices=m"], "must end in .npz")]:
         with pytest.raises(UsageError, match=message):
             parse_args(["checkpoint=c", "src=s", "tgt=t", "out=o", *bad])
 

@@ -26,10 +26,10 @@ ALLOWED = {
     "model": {"attention"},
     "data": {"normalize", "textio"},
     "search": {"model"},
-    "checkpoint": {"model", "textio", "tokenizer"},
+    "checkpoint": {"attention", "model", "textio", "tokenizer"},  # attention: the allowed _target_s of a checkpoint
     "evaluate": {"alignment", "data", "search", "textio", "tokenizer"},
-    "training": {"average", "checkpoint", "data", "evaluate", "loss", "plot", "tokenizer"},
-    "average": {"checkpoint"},
+    "training": {"average", "checkpoint", "curves", "data", "evaluate", "loss", "plot", "textio", "tokenizer"},
+    "average": {"checkpoint", "curves"},  # curves.read_curve: the one reader of metrics.jsonl
     "align": {"alignment", "checkpoint", "data", "evaluate", "normalize", "search", "textio", "tokenizer"},
 }
 CONFIG_LIBRARIES = {"hydra", "omegaconf"}

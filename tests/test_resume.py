@@ -27,6 +27,12 @@ def last_state(run_dir):
     return payload["model"], payload["progress"]
 
 
+def checkpoint_steps(run_dir):
+    from nmt.average import select_checkpoints
+
+    return sorted(int(p.stem.split("_")[1]) for p in select_checkpoints(run_dir, best=5))
+
+
 def metrics(run_dir):
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
@@ -48,9 +54,40 @@ def test_stop_at_n_and_resume_to_2n_equals_uninterrupted_run(compose_cfg, tmp_pa
     # The uninterrupted run validated at N and 2N; the resumed one at 2N, over the same steps N+1..2N.
     full_records, resumed_records = metrics(full), metrics(resumed)
     assert [r["step"] for r in full_records] == [N, 2 * N]
-    assert resumed_records[-1]["step"] == 2 * N
+    # resumed into a new folder, it carries the first run's validations up to step N along (its curve continues,
+    # and averaging can rank the step_N.pt it copied)
+    assert [r["step"] for r in resumed_records] == [N, 2 * N]
+    assert resumed_records[0] == metrics(first)[0]
+    assert checkpoint_steps(resumed) == [N, 2 * N]
     assert resumed_records[-1]["train_loss"] == pytest.approx(full_records[-1]["train_loss"], abs=1e-6)
     assert resumed_records[-1]["valid_loss"] == pytest.approx(full_records[-1]["valid_loss"], abs=1e-6)
+
+
+def test_resume_keeps_the_checkpoints_architecture_whatever_the_command_line_says(compose_cfg, tmp_path, caplog):
+    """A resumed run trains the checkpoint's model, so what it saves, logs and scores must describe that model,
+    not the ``attention=`` / ``model.*`` given on the resuming command line (which only gets a warning)."""
+    first, resumed = tmp_path / "first", tmp_path / "resumed"
+    train(compose_cfg([*TINY, f"train.max_steps={N}"]), first)
+    with caplog.at_level("WARNING", logger="nmt.training"):
+        results = train(compose_cfg([*TINY, f"train.max_steps={2 * N}", "attention=dot", "decoder.style=bahdanau",
+                                     f"train.resume={first}/checkpoints/last.pt"]), resumed)
+    assert "attention comes from the checkpoint" in caplog.text
+    for name in ("last.pt", "best.pt"):
+        _, cfg, *_ = checkpoint.load(resumed / "checkpoints" / name)
+        assert (cfg.attention._target_, cfg.decoder.style) == ("nmt.attention.Additive", "luong"), name
+    scores = json.loads((resumed / "eval" / "test.scores.json").read_text())
+    assert (scores["attention"], scores["decoder_style"]) == ("Additive", "luong")
+    assert results["steps"] == 2 * N
+
+
+def test_resuming_from_a_weights_only_checkpoint_names_the_file_to_use(compose_cfg, tmp_path):
+    run = tmp_path / "run"
+    train(compose_cfg([*TINY, f"train.max_steps={N}"]), run)
+    step = run / "checkpoints" / f"step_{N}.pt"
+    assert step.is_file()
+    with pytest.raises(checkpoint.CheckpointError, match=rf"step_{N}\.pt holds weights only .*resume from the run's "
+                                                         r"checkpoints/last\.pt"):
+        train(compose_cfg([*TINY, f"train.max_steps={2 * N}", f"train.resume={step}"]), tmp_path / "again")
 
 
 def test_resuming_from_a_different_run_changes_weights(compose_cfg, tmp_path):

@@ -152,6 +152,34 @@ def test_checkpoint_with_wrong_or_broken_sentencepiece_model_says_so(tiny_run, t
         checkpoint.load(tmp_path / "broken.pt")
 
 
+@pytest.mark.parametrize("attention", [
+    {"_target_": "builtins.exec", "_args_": ["open('PWNED', 'w').close()"]},  # not an attention model
+    {"_target_": "nmt.attention.Additive", "_partial_": True, "_args_": ["x"]},  # extra positional arguments
+    {"_target_": "nmt.attention.Additive", "_partial_": True,  # a nested node Hydra would instantiate
+     "hidden_size": {"_target_": "builtins.exec", "_args_": ["open('PWNED', 'w').close()"]}},
+    {"_target_": "nmt.attention.Attention", "_partial_": True},  # the abstract base, not a score model
+])
+def test_a_checkpoint_cannot_make_loading_run_code(tiny_run, tmp_path, monkeypatch, attention):
+    """The stored config is data from whoever wrote the file: its attention node may only name an attention
+    model with plain settings, or ``build_model``'s ``instantiate`` would call anything it names."""
+    import torch
+
+    from nmt.checkpoint import CheckpointError
+
+    monkeypatch.chdir(tmp_path)
+    payload = torch.load(tiny_run / "checkpoints" / "best.pt", weights_only=True)
+    payload["config"]["attention"] = attention
+    torch.save(payload, tmp_path / "evil.pt")
+    with pytest.raises(CheckpointError, match=r"evil\.pt: refused: its config (names|holds) attention\."):
+        checkpoint.load(tmp_path / "evil.pt")
+    assert not (tmp_path / "PWNED").exists()
+    # an ordinary attention node with different plain settings is still loaded (and then fails on the weights)
+    payload["config"]["attention"] = {"_target_": "nmt.attention.Dot", "_partial_": True, "scaled": False}
+    torch.save(payload, tmp_path / "dot.pt")
+    with pytest.raises(CheckpointError, match=r"dot\.pt: weights do not fit the architecture"):
+        checkpoint.load(tmp_path / "dot.pt")
+
+
 def test_translate_with_a_missing_checkpoint_says_so_in_one_line(repo_root, tmp_path):
     (tmp_path / "in.de").write_text("Ein Hund.\n", encoding="utf-8")
     proc = run_script([str(repo_root / "translate.py"), f"checkpoint={tmp_path}/nope.pt", "input=in.de",
@@ -196,3 +224,39 @@ def test_translate_checks_the_reference_line_count_before_translating(repo_root,
     assert proc.stderr.decode().strip() == (f"translate.py: error: {tmp_path}/ref.en has 1 lines but {tmp_path}/in.de "
                                             "has 2: reference= needs one reference line per input line")
     assert not (tmp_path / "out.en").exists()
+
+
+@pytest.mark.parametrize("alignments", ["align", "-"])
+def test_translate_refuses_an_alignments_path_without_npz_before_translating(repo_root, tmp_path, alignments):
+    """The tokens go to the .jsonl beside the .npz (where nmt.plot looks for them): a path without .npz, or
+    stdout, would lose them or write binary to the terminal, so it is refused before any work."""
+    (tmp_path / "in.de").write_text("Ein Hund.\n", encoding="utf-8")
+    proc = run_script([str(repo_root / "translate.py"), "checkpoint=nope.pt", "input=in.de", "output=out.en",
+                       f"alignments={alignments}"], tmp_path)
+    assert proc.returncode == 1
+    shown = alignments if alignments == "-" else f"{tmp_path}/{alignments}"
+    assert proc.stderr.decode().strip() == (f"translate.py: error: alignments={shown} must end in .npz (its tokens "
+                                            "go to the .jsonl beside it)")
+    assert not (tmp_path / "out.en").exists()
+
+
+def test_save_alignments_puts_the_tokens_beside_the_npz(loaded, compose_cfg, tmp_path):
+    from nmt.evaluate import save_alignments
+
+    model, _, src_tok, tgt_tok, _ = loaded
+    hyps = translate(model, src_tok, tgt_tok, ["Ein Hund."], compose_cfg(TINY).decode, "cpu", beam_size=1)
+    save_alignments(tmp_path / "a.b.npz", hyps)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.b.jsonl", "a.b.npz"]
+    with pytest.raises(ValueError, match=r"must end in \.npz"):
+        save_alignments(tmp_path / "align", hyps)
+
+
+@pytest.mark.parametrize("name, message", [("gpu", "is not a device: use device=auto, cpu, cuda or cuda:N"),
+                                           ("cuda", "has no usable CUDA GPU; use device=cpu or device=auto")])
+def test_an_unusable_device_is_named(name, message):
+    import torch
+
+    if name == "cuda" and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(ValueError, match=rf"device={name}\W.*{message}"):
+        checkpoint.pick_device(name)

@@ -70,6 +70,16 @@ def test_early_stopping_with_the_budget_schedule_is_warned_about_once(caplog):
     assert caplog.text == ""
 
 
+def test_plateau_with_min_lr_null_halves_without_a_floor():
+    """``train.min_lr: null`` means no floor (as for the budget schedule), not a crash at the first reduction."""
+    cfg = OmegaConf.create({"train": {"lr_scheduler": "plateau", "lr": 1e-3, "lr_factor": 0.5, "lr_patience": 0,
+                                      "min_lr": None}})
+    optimizer, scheduler = make_optimizer(torch.nn.Linear(2, 2), cfg)
+    for bleu in (10.0, 9.0, 9.0, 9.0):
+        scheduler.step(bleu)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(1e-3 / 8)
+
+
 def test_unknown_scheduler_is_refused(compose_cfg):
     with pytest.raises(ValueError, match="'plateau', 'budget' or 'constant'"):
         make_optimizer(torch.nn.Linear(2, 2), compose_cfg(["train.lr_scheduler=cosine"]))
