@@ -35,7 +35,14 @@ def main(cfg: DictConfig) -> None:
 
 
 def run(cfg: DictConfig) -> None:
-    """The translation itself (see :func:`main`)."""
+    """The translation itself (see :func:`main`).
+
+    Raises:
+        FileNotFoundError, nmt.checkpoint.CheckpointError, nmt.textio.TextFileError: a missing or unusable
+            checkpoint, input or reference file (the message names it).
+        ValueError: a reference with another line count than the input, an ``alignments=`` path without
+            ``.npz``, or an unusable ``device=``; all found before anything is translated or written.
+    """
     checkpoint.absolute_paths(cfg, checkpoint.TRANSLATE_PATHS)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)

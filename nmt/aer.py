@@ -1,4 +1,4 @@
-"""Alignment error rate (AER) of word alignments against human gold alignments (a leaf module: stdlib only).
+"""Alignment error rate (AER) of word alignments against human gold alignments (stdlib and nmt.textio only).
 
 AER, precision and recall follow Och and Ney (2003), "A Systematic Comparison of Various Statistical Alignment
 Models", Computational Linguistics 29(1), §5 (first defined in Och and Ney 2000, ACL, P00-1056). A gold
@@ -304,7 +304,11 @@ def read_naacl(
 
 def read_alignments(path: str | Path, fmt: str = "pharaoh", **options) -> Alignments:
     """Read gold (or hypothesis) alignments; ``fmt`` is ``"pharaoh"`` or ``"naacl"``, ``options`` those of
-    :func:`read_pharaoh` / :func:`read_naacl` (``one_based``, ``target_first``, ``lengths``, ...)."""
+    :func:`read_pharaoh` / :func:`read_naacl` (``one_based``, ``target_first``, ``lengths``, ...).
+
+    Raises:
+        ValueError: an unknown ``fmt``; AlignmentFormatError (and the file errors) as the reader it calls.
+    """
     if fmt == "pharaoh":
         return read_pharaoh(path, **options)
     if fmt == "naacl":
@@ -320,7 +324,11 @@ def read_hypothesis(
     lengths: Sequence[tuple[int, int]] | None = None,
 ) -> list[set[Link]]:
     """Hypothesis links per sentence from a Pharaoh file (default: 0-based, source first, as ``nmt.align``,
-    fast_align and eflomal write them); ``p``/``?`` links count as links too."""
+    fast_align and eflomal write them); ``p``/``?`` links count as links too.
+
+    Raises:
+        AlignmentFormatError: as :func:`read_pharaoh`, naming file, line and token.
+    """
     return read_pharaoh(path, one_based=one_based, target_first=target_first, lengths=lengths).links
 
 

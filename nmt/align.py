@@ -124,7 +124,8 @@ def sharpen(matrix: np.ndarray, temperature: float) -> np.ndarray:
         matrix: ``[hyp_len, src_len]`` attention weights, rows summing to 1.
         temperature: ``T > 0``.
     Returns:
-        ``[hyp_len, src_len]`` float32, rows summing to 1 (an all-zero row stays zero).
+        ``[hyp_len, src_len]`` float32; for ``T != 1`` rows summing to 1 (an all-zero row stays zero); for
+        ``T = 1`` the input as it is (a local-p row, which sums to at most 1, is not renormalised).
     Raises:
         ValueError: if ``temperature <= 0``.
     """
@@ -283,7 +284,13 @@ def load_aligner(path: str | Path, device: str | torch.device = "cpu", lowercase
 def run(opts: dict) -> tuple[list[str], list[str]]:
     """Align ``opts["src"]``/``opts["tgt"]`` as :func:`parse_args` describes; write ``out`` (and
     ``matrices``); return the Pharaoh lines written and warnings (lines whose merged word counts differ from
-    their whitespace tokens)."""
+    their whitespace tokens).
+
+    Raises:
+        ValueError: source and target files with different line counts, a reverse checkpoint that does not
+            translate the other way, or an unusable ``device``; FileNotFoundError, nmt.checkpoint.CheckpointError
+            and nmt.textio.TextFileError name the file that is missing or unusable.
+    """
     device = checkpoint.pick_device(opts["device"])
     sources, targets = read_lines(opts["src"]), read_lines(opts["tgt"])
     if len(sources) != len(targets):

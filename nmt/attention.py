@@ -77,6 +77,8 @@ class Attention(nn.Module):
         raise NotImplementedError
 
     def forward(self, query, keys, mask, prepared=None):
+        """Context ``[B, Hk]`` and weights ``[B, S]`` (``[B, K, Hk]``, ``[B, K, S]`` for a ``[B, K, Hq]`` query) of
+        ``query`` against ``keys`` ``[B, S, Hk]`` under ``mask`` ``[B, S]``; see the class docstring (eqs. 7-8)."""
         if prepared is None:
             prepared = self.prepare(keys)
         weights = masked_softmax(self.score(query, prepared), mask)  # [B, S] or [B, K, S]
@@ -109,6 +111,8 @@ class Dot(Attention):
         self.scale = 1.0 / math.sqrt(key_size) if scaled else 1.0
 
     def score(self, query, prepared):
+        """``qᵀ h̄_s`` (times 1/sqrt(Hk) when scaled): query ``[B, Hq]`` or ``[B, K, Hq]``, keys ``[B, S, Hk]``
+        -> ``[B, S]`` or ``[B, K, S]``."""
         return _bilinear(query, prepared) * self.scale  # [B, S] or [B, K, S]
 
 
@@ -128,9 +132,12 @@ class General(Attention):
         self.scale = 1.0 / math.sqrt(query_size) if scaled else 1.0
 
     def prepare(self, keys):
+        """``W_a h̄_s``: keys ``[B, S, Hk]`` -> ``[B, S, Hq]``, once per batch."""
         return self.W_a(keys)  # [B, S, Hq]
 
     def score(self, query, prepared):
+        """``qᵀ (W_a h̄_s)`` (times 1/sqrt(Hq) when scaled): query ``[B, Hq]`` or ``[B, K, Hq]``, prepared
+        ``[B, S, Hq]`` -> ``[B, S]`` or ``[B, K, S]``."""
         return _bilinear(query, prepared) * self.scale  # [B, S] or [B, K, S]
 
 
@@ -159,9 +166,12 @@ class Additive(Attention):
         self.v_a = nn.Linear(hidden_size, 1, bias=False)
 
     def prepare(self, keys):
+        """``2 (U_a h̄_s + b)``: keys ``[B, S, Hk]`` -> ``[B, S, A]`` (A = ``hidden_size``), once per batch."""
         return 2.0 * self.U_a(keys)  # [B, S, A]: 2 (U_a h̄_s + b)
 
     def score(self, query, prepared):
+        """``v_aᵀ tanh(W_a q + U_a h̄_s + b)``: query ``[B, Hq]`` or ``[B, K, Hq]``, prepared ``[B, S, A]`` ->
+        ``[B, S]`` or ``[B, K, S]``."""
         if query.dim() == 3:
             prepared = prepared.unsqueeze(1)  # [B, 1, S, A]: shared by the K queries, broadcast, not copied
         energy = torch.add(prepared, self.W_a(query).unsqueeze(-2), alpha=2.0)  # [B, (K,) S, A] = 2 e, fresh
@@ -189,11 +199,12 @@ class LocalP(Attention):
     Args:
         window: D, the half-width of the window in source positions (the paper uses 10); must be >= 1.
         score: the wrapped score function, ``"general"`` (the paper's choice), ``"dot"`` or ``"additive"``.
-        scaled: divide a ``dot`` or ``general`` score by sqrt(key_size) (see :class:`General`); the additive
-            score has no product to scale and ignores it.
+        scaled: divide a ``dot`` or ``general`` score by sqrt(query_size) (equal to key_size for dot; see
+            :class:`General`); the additive score has no product to scale and ignores it.
 
     Raises:
-        ValueError: for ``window < 1`` or an unknown score name.
+        ValueError: for ``window < 1``, an unknown score name, or ``score="dot"`` with
+            ``query_size != key_size``.
     """
 
     def __init__(self, query_size: int, key_size: int, window: int = 10, score: str = "general",
@@ -211,6 +222,7 @@ class LocalP(Attention):
         self.v_p = nn.Linear(query_size, 1, bias=False)
 
     def prepare(self, keys):
+        """The wrapped score's key projection: keys ``[B, S, Hk]`` -> ``[B, S, *]``, once per batch."""
         return self.inner.prepare(keys)
 
     def centre(self, query: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -222,6 +234,9 @@ class LocalP(Attention):
         return lengths * torch.sigmoid(self.v_p(torch.tanh(self.W_p(query)))).squeeze(-1)
 
     def forward(self, query, keys, mask, prepared=None):
+        """Context ``[B, Hk]`` and weights ``[B, S]`` (``[B, K, Hk]``, ``[B, K, S]`` for a ``[B, K, Hq]`` query):
+        the softmax over the window times the Gaussian around p_t (eqs. 9-10). Unlike the base contract, a row
+        sums to at most 1 (not renormalised, as in the paper); 0 outside the window and on padding."""
         if prepared is None:
             prepared = self.prepare(keys)
         p_t = self.centre(query, mask).unsqueeze(-1)  # [B, (K,) 1]

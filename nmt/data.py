@@ -234,9 +234,12 @@ class Batch:
 
     @property
     def num_tgt_tokens(self) -> int:
+        """The number of real target tokens (not PAD) in ``tgt_out``, EOS included: the unit of the per-token
+        loss and of tokens/s; 0 without a target."""
         return int((self.tgt_out != 0).sum()) if self.tgt_out is not None else 0
 
     def to(self, device) -> Batch:
+        """The same batch with every tensor on ``device`` (same shapes)."""
         move = lambda t: None if t is None else t.to(device, non_blocking=True)
         return Batch(move(self.src), move(self.src_mask), move(self.tgt_in), move(self.tgt_out), move(self.index))
 

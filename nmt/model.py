@@ -86,6 +86,8 @@ class StepLinears:
         self.banks: dict[str, dict] = {}
 
     def __call__(self, name: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None):
+        """``x Wᵀ + b``: x ``[N, in]``, weight ``[out, in]``, bias ``[out]`` -> ``[N, out]``. ``name`` picks the
+        bank whose steps share one weight-gradient product in backward."""
         if not self.deferred:
             return F.linear(x, weight, bias)
         bank = self.banks.setdefault(name, {"calls": 0, "x": [], "grad": []})
