@@ -46,7 +46,8 @@ from omegaconf import OmegaConf
 from nmt import checkpoint
 from nmt.data import Parallel, encode_pairs, iterate_batches, load_splits
 from nmt.evaluate import translate
-from nmt.training import make_optimizer, prepare_tokenizers, train_step
+from nmt.schedule import make_optimizer
+from nmt.training import prepare_tokenizers, train_step
 
 ROOT = Path(__file__).resolve().parents[1]
 PEERS = ROOT.parent / "shared" / "bench" / "peers"

@@ -28,7 +28,9 @@ ALLOWED = {
     "search": {"model"},
     "checkpoint": {"attention", "model", "textio", "tokenizer"},  # attention: the allowed _target_s of a checkpoint
     "evaluate": {"alignment", "data", "search", "textio", "tokenizer"},
-    "training": {"average", "checkpoint", "curves", "data", "evaluate", "loss", "plot", "textio", "tokenizer"},
+    "schedule": set(),
+    "training": {"average", "checkpoint", "curves", "data", "evaluate", "loss", "plot", "schedule", "textio",
+                 "tokenizer"},
     "average": {"checkpoint", "curves"},  # curves.read_curve: the one reader of metrics.jsonl
     "align": {"alignment", "checkpoint", "data", "evaluate", "normalize", "search", "textio", "tokenizer"},
 }
@@ -40,6 +42,7 @@ LEAF_THIRD_PARTY = {
     "attention": {"torch"},
     "curves": {"matplotlib"},
     "loss": {"torch"},
+    "schedule": {"torch"},
     "plot": {"matplotlib", "numpy"},
     "normalize": {"sacremoses"},
     "textio": set(),

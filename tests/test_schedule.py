@@ -8,7 +8,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from nmt.training import BudgetDecay, check_schedule, make_optimizer, train
+from nmt.schedule import BudgetDecay, check_schedule, make_optimizer
+from nmt.training import train
 from tests.test_resume import TINY
 
 
@@ -60,7 +61,7 @@ def test_early_stopping_with_the_budget_schedule_is_warned_about_once(caplog):
     """patience cuts a budget decay short (a 90-minute run stopped at 74% of its budget this way): train()'s check
     says so before any work; the schedule itself, built afterwards, does not repeat it."""
     t = OmegaConf.create({"lr_scheduler": "budget", "lr": 1e-3, "min_lr": 1e-5, "max_minutes": 90, "patience": 8})
-    caplog.set_level("WARNING", logger="nmt.training")
+    caplog.set_level("WARNING", logger="nmt.schedule")
     check_schedule(t)
     assert "train.patience=8: early stopping can end the run before the budget schedule" in caplog.text
     caplog.clear()
