@@ -79,7 +79,9 @@ def train_spm(
     tmp.replace(model_path)
     sp = spm.SentencePieceProcessor(model_proto=proto.getvalue())
     vocab = "".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n" for i in range(sp.get_piece_size()))
-    model_path.with_suffix(".vocab").write_text(vocab, encoding="utf-8")
+    tmp = model_path.with_suffix(".vocab.tmp")
+    tmp.write_text(vocab, encoding="utf-8")
+    tmp.replace(model_path.with_suffix(".vocab"))
     return model_path
 
 

@@ -220,7 +220,7 @@ def resume_from(path, cfg, run_dir: Path, device):
     spm_dir.mkdir(parents=True, exist_ok=True)
     for name, tok in (("src", src_tok), ("tgt", tgt_tok)):
         if not (spm_dir / f"{name}.model").is_file():
-            (spm_dir / f"{name}.model").write_bytes(tok.model_proto)
+            atomic_write(spm_dir / f"{name}.model", tok.model_proto)
     return model.train(), src_tok, tgt_tok, payload, checkpoint.adopt(cfg, ckpt_cfg, FROM_CHECKPOINT)
 
 
