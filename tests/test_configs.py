@@ -187,6 +187,9 @@ def test_experiment_presets_compose_and_overrides_still_apply(compose_cfg, name)
         assert (cfg.data.kind, cfg.data.src_lang, cfg.data.tgt_lang) == ("multi30k", src, tgt)
         assert cfg.model.tie_embeddings and cfg.tokenizer.restrict_vocab and cfg.train.keep_best == 5
         assert cfg.decode.beam_size == 5
+        # the recipe of the best rows: the rate decays over the last 30% of the budget, no early stopping
+        t = cfg.train
+        assert (t.lr_scheduler, t.lr_decay_start, t.patience, t.max_epochs) == ("budget", 0.7, None, None)
     assert cfg.attention._target_.endswith("Dot") and cfg.train.max_minutes == 5
     model = build_model(compose_cfg([f"+experiment={name}", *SMALL]), V_SRC, V_TGT)
     assert forward_shapes(model)[0] == (3, 4, V_TGT)
