@@ -10,7 +10,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from nmt import checkpoint
-from nmt.evaluate import save_alignments, score, translate
+from nmt.evaluate import check_n_best, nbest_lines, save_alignments, score, translate_nbest
 from nmt.normalize import Normalizer
 from nmt.plot import plot_npz
 from nmt.textio import TextFileError, atomic_write, read_lines
@@ -41,7 +41,8 @@ def run(cfg: DictConfig) -> None:
         FileNotFoundError, nmt.checkpoint.CheckpointError, nmt.textio.TextFileError: a missing or unusable
             checkpoint, input or reference file (the message names it).
         ValueError: a reference with another line count than the input, an ``alignments=`` path without
-            ``.npz``, or an unusable ``device=``; all found before anything is translated or written.
+            ``.npz``, ``decode.n_best`` above the beam size or without ``nbest=``, or an unusable ``device=``;
+            all found before anything is translated or written.
     """
     checkpoint.absolute_paths(cfg, checkpoint.TRANSLATE_PATHS)
     if cfg.threads:
@@ -54,16 +55,26 @@ def run(cfg: DictConfig) -> None:
                          "reference= needs one reference line per input line")
     if cfg.alignments and not str(cfg.alignments).endswith(".npz"):
         raise ValueError(f"alignments={cfg.alignments} must end in .npz (its tokens go to the .jsonl beside it)")
+    beam_size, n_best = cfg.beam_size or cfg.decode.beam_size, cfg.decode.n_best
+    check_n_best(n_best, beam_size)
+    if n_best > 1 and not cfg.nbest:
+        raise ValueError(f"decode.n_best={n_best} needs nbest=FILE for the n-best list (output= keeps the best "
+                         "translation of each line)")
+    if cfg.nbest == "-" and cfg.output == "-":
+        raise ValueError("nbest=- and output=- would both write to stdout: give one of them a file")
     model, model_cfg, src_tok, tgt_tok, _ = checkpoint.load(cfg.checkpoint, device)
     # a model trained on normalized text (data.normalize, e.g. the alignment presets) sees its input the same way
     sentences = Normalizer.from_config(model_cfg.data.get("normalize"), model_cfg.data.src_lang).lines(sentences)
     start = time.perf_counter()
-    results = translate(model, src_tok, tgt_tok, sentences, cfg.decode, device, beam_size=cfg.beam_size)
+    nbest = translate_nbest(model, src_tok, tgt_tok, sentences, cfg.decode, device, beam_size, n_best)
+    results = [block[0] for block in nbest]
     seconds = time.perf_counter() - start
     atomic_write(cfg.output, "".join(t.text + "\n" for t in results))
+    if cfg.nbest:
+        atomic_write(cfg.nbest, nbest_lines(nbest))
     log.info("translated %d lines (%d empty) in %.1f s (%.1f sentences/s), beam size %d: %s", len(results),
              sum(not s.strip() for s in sentences), seconds, len(results) / max(seconds, 1e-9),
-             cfg.beam_size or cfg.decode.beam_size, "stdout" if cfg.output == "-" else cfg.output)
+             beam_size, "stdout" if cfg.output == "-" else cfg.output)
     if cfg.alignments:
         save_alignments(cfg.alignments, results)
         if cfg.plots:

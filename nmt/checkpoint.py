@@ -29,7 +29,7 @@ class CheckpointError(ValueError):
 
 TRAIN_PATHS = ("data.dir", "data.train_src", "data.train_tgt", "data.valid_src", "data.valid_tgt", "data.test_src",
                "data.test_tgt", "train.resume")
-TRANSLATE_PATHS = ("checkpoint", "input", "output", "alignments", "reference", "plots")
+TRANSLATE_PATHS = ("checkpoint", "input", "output", "alignments", "reference", "plots", "nbest")
 
 
 def absolute_paths(cfg: DictConfig, keys: tuple[str, ...]) -> None:

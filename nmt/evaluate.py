@@ -32,13 +32,15 @@ log = logging.getLogger(__name__)
 @dataclass
 class Translation:
     """One translated line: text (detokenized), source/hypothesis pieces (with ``</s>``), alignment
-    ``[len(hyp_pieces), len(src_pieces)]`` float32, and the model score (log-prob / length penalty)."""
+    ``[len(hyp_pieces), len(src_pieces)]`` float32, the model score (log-prob / length penalty) and the
+    log-probability (nats, summed over the hypothesis pieces)."""
 
     text: str
     src_pieces: list[str]
     hyp_pieces: list[str]
     alignment: np.ndarray
     score: float
+    log_prob: float = 0.0
 
 
 EMPTY = Translation("", [], [], np.zeros((0, 0), dtype=np.float32), 0.0)
@@ -54,9 +56,29 @@ def translate(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sentences: list[str
             cut to it, with a warning; the alignment then covers the kept part).
         beam_size: overrides ``decode.beam_size`` when given.
     """
+    return [nbest[0] for nbest in translate_nbest(model, src_tok, tgt_tok, sentences, decode, device, beam_size)]
+
+
+def check_n_best(n_best: int, beam_size: int) -> None:
+    """Raises ValueError unless ``1 <= n_best <= beam_size`` (a beam of K keeps K hypotheses)."""
+    if not 1 <= n_best <= beam_size:
+        raise ValueError(f"decode.n_best={n_best} must be between 1 and the beam size ({beam_size}): a beam of K "
+                         "keeps K hypotheses; raise beam_size")
+
+
+def translate_nbest(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sentences: list[str], decode,
+                    device: str | torch.device = "cpu", beam_size: int | None = None,
+                    n_best: int = 1) -> list[list[Translation]]:
+    """As :func:`translate`, but the ``n_best`` best hypotheses of each line, best first (each with its own
+    alignment and scores). An empty input line gets one empty translation.
+
+    Raises:
+        ValueError: when ``n_best`` is not in ``[1, beam size]`` (greedy search has one hypothesis).
+    """
     beam_size = beam_size or decode.beam_size
+    check_n_best(n_best, beam_size)
     model.eval()
-    results: list[Translation] = [EMPTY] * len(sentences)
+    results: list[list[Translation]] = [[EMPTY]] * len(sentences)
     todo = [i for i, s in enumerate(sentences) if s.strip()]
     ids = src_tok.encode_batch([sentences[i] for i in todo])
     for k, i in enumerate(todo):
@@ -70,17 +92,26 @@ def translate(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sentences: list[str
             chunk = order[start : start + decode.batch_size]
             batch = collate([ids[k] for k in chunk], None, chunk).to(device)
             if beam_size == 1:
-                hyps = greedy(model, batch.src, batch.src_mask, decode.max_len_a, decode.max_len_b,
-                              decode.length_penalty, gate_table)
+                hyps = [[hyp] for hyp in greedy(model, batch.src, batch.src_mask, decode.max_len_a,
+                                                decode.max_len_b, decode.length_penalty, gate_table)]
             else:
-                hyps = [nbest[0] for nbest in beam(model, batch.src, batch.src_mask, beam_size,
-                                                   decode.length_penalty, decode.max_len_a, decode.max_len_b,
-                                                   gate_table=gate_table)]
-            for k, hyp in zip(chunk, hyps):
-                results[todo[k]] = Translation(tgt_tok.decode(hyp.ids), src_tok.pieces(ids[k]),
-                                               tgt_tok.pieces(hyp.ids), hyp.alignment.numpy().astype(np.float32),
-                                               hyp.score)
+                hyps = beam(model, batch.src, batch.src_mask, beam_size, decode.length_penalty, decode.max_len_a,
+                            decode.max_len_b, n_best=n_best, gate_table=gate_table)
+            for k, nbest in zip(chunk, hyps):
+                src_pieces = src_tok.pieces(ids[k])
+                results[todo[k]] = [Translation(tgt_tok.decode(h.ids), src_pieces, tgt_tok.pieces(h.ids),
+                                                h.alignment.numpy().astype(np.float32), h.score, h.log_prob)
+                                    for h in nbest]
     return results
+
+
+def nbest_lines(nbest: list[list[Translation]]) -> str:
+    """An n-best list in the Moses format, one block of lines per input line (0-based index ``i``, best first):
+    ``i ||| hypothesis ||| log_prob= L length= N ||| score``, with L the log-probability in nats, N the
+    hypothesis length in target subwords (``</s>`` included) and score = L / length penalty (what the beam
+    ranks by). An empty input line has one line with an empty hypothesis."""
+    return "".join(f"{i} ||| {t.text} ||| log_prob= {t.log_prob:.4f} length= {len(t.hyp_pieces)} ||| {t.score:.4f}\n"
+                   for i, block in enumerate(nbest) for t in block)
 
 
 def score(hypotheses: list[str], references: list[str]) -> dict:

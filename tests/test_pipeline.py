@@ -280,3 +280,47 @@ def test_translate_stdin_stdout(run_dir, references, repo_root, final_checkpoint
     for key in arrays:
         np.testing.assert_allclose(arrays[key], eval_arrays[key], atol=1e-5)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ref.en", "stdin.alignments.jsonl", "stdin.alignments.npz"]
+
+
+def test_translate_nbest_list(run_dir, references, repo_root, final_checkpoint, tmp_path):
+    """decode.n_best=K with nbest=FILE: one Moses-format block of K distinct hypotheses per line, best first, whose
+    scores are log_prob / GNMT length penalty; output= keeps the best one (the same as eval/test.hyp); an empty
+    line gets one empty entry. Without nbest=, or with K above the beam size, nothing is translated."""
+    sources = references["test"]["src"][:20]
+    source_file = tmp_path / "in.de"
+    source_file.write_text("".join(line + "\n" for line in [*sources[:10], "", *sources[10:]]), encoding="utf-8")
+    out, nbest = tmp_path / "out.en", tmp_path / "out.nbest"
+    common = [f"checkpoint={final_checkpoint}", f"input={source_file}", f"output={out}", "device=cpu"]
+    run(["translate.py", *common, f"beam_size={BEAM}", f"decode.n_best={BEAM}", f"nbest={nbest}"], cwd=repo_root)
+
+    outputs = read_text_lines(out)
+    best = read_text_lines(run_dir / "eval" / "test.hyp")[:20]
+    assert outputs == [*best[:10], "", *best[10:]]
+    entries = [line.split(" ||| ") for line in read_text_lines(nbest)]
+    assert all(len(e) == 4 for e in entries)
+    blocks: dict[int, list] = {}
+    for index, text, features, total in entries:
+        log_prob, length = re.fullmatch(r"log_prob= (\S+) length= (\d+)", features).groups()
+        blocks.setdefault(int(index), []).append((text, float(log_prob), int(length), float(total)))
+    assert list(blocks) == list(range(21))  # every line, in order, one block each
+    assert blocks[10] == [("", 0.0, 0, 0.0)]
+    alpha = 0.6  # conf/decode/beam.yaml
+    for i, block in blocks.items():
+        if i == 10:
+            continue
+        assert len(block) == BEAM and block[0][0] == outputs[i]
+        totals = [b[3] for b in block]
+        assert totals == sorted(totals, reverse=True)
+        assert len({b[:3] for b in block}) == BEAM  # distinct hypotheses (text, log-prob, length)
+        for _, log_prob, length, total in block:
+            assert log_prob < 0 and length >= 1
+            assert total == pytest.approx(log_prob / ((5 + length) / 6) ** alpha, abs=2e-4)
+
+    for extra, message in [([f"decode.n_best={BEAM}", f"beam_size={BEAM}"], "needs nbest=FILE"),
+                           ([f"decode.n_best={BEAM + 1}", f"beam_size={BEAM}", f"nbest={nbest}"],
+                            f"must be between 1 and the beam size \\({BEAM}\\)")]:
+        proc = subprocess.run([sys.executable, "translate.py", *common[:2], f"output={tmp_path / 'x.en'}",
+                               "device=cpu", *extra], check=False, cwd=repo_root, env=env(), capture_output=True,
+                              timeout=120)
+        assert proc.returncode == 1 and re.search(message, proc.stderr.decode()), proc.stderr.decode()
+        assert not (tmp_path / "x.en").exists()
