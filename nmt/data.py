@@ -142,7 +142,8 @@ def load_splits(data_cfg) -> dict[str, Parallel]:
 def read_table(path, columns: list[str], src_lang: str, tgt_lang: str, separator: str = "\t") -> Parallel:
     """Pairs from a file with one pair per line, fields split on ``separator`` and stripped, ``columns`` naming
     the language of each field in order (Tatoeba's ``deu.txt``: ``[en, de]`` with tabs; the WPT 2003 Romanian
-    bitext: ``[ro, en]`` with ``" ||| "``), returned in the run's source/target order.
+    bitext: ``[ro, en]`` with ``" ||| "``), returned in the run's source/target order. Blank (whitespace-only)
+    lines hold no pair and are skipped.
 
     Raises:
         DataError: ``columns`` lacking a language of the run, or a line with too few fields (file and line
@@ -153,14 +154,19 @@ def read_table(path, columns: list[str], src_lang: str, tgt_lang: str, separator
         raise DataError(f"{path}: columns {columns} must name both {src_lang} and {tgt_lang} (the language of "
                         "each field, in order)")
     s, t = columns.index(src_lang), columns.index(tgt_lang)
-    src, tgt = [], []
+    src, tgt, blank = [], [], 0
     for number, line in enumerate(read_lines(path), start=1):
+        if not line.strip():  # no pair on it (e.g. a blank line at the end of the file)
+            blank += 1
+            continue
         fields = line.split(separator)
         if len(fields) <= max(s, t):
             raise DataError(f"{path}: line {number} has {len(fields)} field(s) separated by {separator!r}, "
                             f"expected at least {max(s, t) + 1} ({', '.join(columns)})")
         src.append(fields[s].strip())
         tgt.append(fields[t].strip())
+    if blank:
+        log.info("%s: skipped %d blank line(s)", path, blank)
     return Parallel(str(path), src, tgt)
 
 

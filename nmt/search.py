@@ -109,7 +109,8 @@ def beam(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, beam_size: i
         gate_table: ``model.decoder.input_gate_table()`` ``[V, 3H]`` or None, as for :func:`greedy`.
 
     Returns:
-        per sentence, its ``n_best`` hypotheses, best first.
+        per sentence, its ``n_best`` hypotheses, best first (fewer only when the length limit leaves fewer
+        distinct ones, e.g. a limit of 1 token, where every hypothesis is the forced ``</s>``).
 
     Raises:
         ValueError: for beam_size < 1, n_best outside [1, beam_size] or a negative alpha.

@@ -125,6 +125,9 @@ def test_read_table_other_separator(tmp_path):
     table.write_text("a b   ||| c d  \ne ||| f\n", encoding="utf-8")
     pairs = read_table(table, ["ro", "en"], "en", "ro", " ||| ")
     assert (pairs.src, pairs.tgt) == (["c d", "f"], ["a b", "e"])
+    table.write_text("a ||| b\n\n  \nc ||| d\n\n", encoding="utf-8")  # blank lines, one at the end: no pairs
+    pairs = read_table(table, ["ro", "en"], "ro", "en", " ||| ")
+    assert (pairs.src, pairs.tgt) == (["a", "c"], ["b", "d"])
     table.write_text("a b c\n", encoding="utf-8")
     with pytest.raises(DataError, match=r"x.txt: line 1 has 1 field\(s\) separated by ' \|\|\| '"):
         read_table(table, ["ro", "en"], "ro", "en", " ||| ")
