@@ -52,6 +52,24 @@ def adopt(cfg: DictConfig, source: DictConfig, keys: tuple[str, ...]) -> DictCon
     return out
 
 
+def differences(before, now, prefix: str) -> list[tuple[str, object, object]]:
+    """The leaves that differ between two config nodes (or plain values), as ``(dotted name, before, now)``."""
+    if isinstance(before, DictConfig):
+        before = OmegaConf.to_container(before, resolve=True)
+    if isinstance(now, DictConfig):
+        now = OmegaConf.to_container(now, resolve=True)
+    if isinstance(before, dict) and isinstance(now, dict):
+        return [d for key in sorted(set(before) | set(now), key=str)
+                for d in differences(before.get(key), now.get(key), f"{prefix}.{key}")]
+    return [] if before == now else [(prefix, before, now)]
+
+
+def save_config(cfg: DictConfig, path: str | Path) -> None:
+    """Write ``cfg`` as YAML, atomically, when ``path``'s folder exists (Hydra's ``.hydra/`` of a run)."""
+    if Path(path).parent.is_dir():
+        atomic_write(path, OmegaConf.to_yaml(cfg))
+
+
 def pick_device(name: str) -> torch.device:
     """``auto`` -> cuda when available, else cpu; anything else is passed to ``torch.device``.
 

@@ -109,9 +109,12 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = ()) -> dict:
         torch.set_num_threads(cfg.threads)
     device = checkpoint.pick_device(cfg.device)
     resume = cfg.train.get("resume") or (run_dir / "checkpoints" / "last.pt")
+    if Path(resume).is_dir() and (Path(resume) / "checkpoints" / "last.pt").is_file():  # a run folder
+        resume = Path(resume) / "checkpoints" / "last.pt"
     payload = None
     if cfg.train.get("resume") or Path(resume).is_file():
         model, src_tok, tgt_tok, payload, cfg = resume_from(resume, cfg, run_dir, device)
+        checkpoint.save_config(cfg, run_dir / ".hydra" / "config.yaml")  # the folder describes the model trained
         data_cfg = cfg.data
         splits = load_splits(data_cfg)
     else:
@@ -163,8 +166,11 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = ()) -> dict:
     return results
 
 
-SCHEDULE_KEYS = ("lr_scheduler", "lr", "min_lr", "lr_factor", "lr_patience", "lr_decay_start", "max_steps",
-                 "max_minutes")
+SCHEDULE_KEYS = {  # the train.* settings that set the learning rate, per scheduler (a resume warns when they change)
+    "plateau": ("lr_scheduler", "lr", "min_lr", "lr_factor", "lr_patience"),
+    "budget": ("lr_scheduler", "lr", "min_lr", "lr_decay_start", "max_steps", "max_minutes"),
+    "constant": ("lr_scheduler", "lr"),
+}
 
 
 FROM_CHECKPOINT = ("model", "attention", "decoder", "tokenizer", "data")  # what a resumed run cannot change
@@ -194,10 +200,10 @@ def resume_from(path, cfg, run_dir: Path, device):
             f"{path} holds weights only (no {', '.join(missing)}), so training cannot continue from it: resume from "
             f"the run's checkpoints/last.pt (or best.pt), or start a new run")
     for key in FROM_CHECKPOINT:
-        if ckpt_cfg.get(key) != cfg.get(key):
-            log.warning("resuming %s: %s comes from the checkpoint (%s), not from the command line (%s)",
-                        path, key, ckpt_cfg.get(key), cfg.get(key))
-    for key in SCHEDULE_KEYS:
+        if changed := checkpoint.differences(ckpt_cfg.get(key), cfg.get(key), key):
+            log.warning("resuming %s: %s comes from the checkpoint, not from the command line: %s", path, key,
+                        "; ".join(f"{name}={before} (command line: {now})" for name, before, now in changed))
+    for key in SCHEDULE_KEYS.get(ckpt_cfg.train.get("lr_scheduler"), SCHEDULE_KEYS["budget"]):
         before, now = ckpt_cfg.train.get(key), cfg.train.get(key)
         if before != now:
             log.warning("resuming %s: train.%s was %s when it was saved and is %s now; the learning-rate schedule "

@@ -71,7 +71,16 @@ def test_resume_keeps_the_checkpoints_architecture_whatever_the_command_line_say
     with caplog.at_level("WARNING", logger="nmt.training"):
         results = train(compose_cfg([*TINY, f"train.max_steps={2 * N}", "attention=dot", "decoder.style=bahdanau",
                                      f"train.resume={first}/checkpoints/last.pt"]), resumed)
-    assert "attention comes from the checkpoint" in caplog.text
+    # the warning names only what differs; the run folder's .hydra/config.yaml is rewritten to the model trained
+    assert ("attention comes from the checkpoint, not from the command line: attention._target_="
+            "nmt.attention.Additive (command line: nmt.attention.Dot)") in caplog.text
+    assert "data comes from the checkpoint" not in caplog.text and "tokenizer comes" not in caplog.text
+    assert "train.max_steps was" not in caplog.text  # the plateau schedule does not depend on the step budget
+    (resumed / ".hydra").mkdir()
+    (resumed / ".hydra" / "config.yaml").write_text("attention: {_target_: nmt.attention.Dot}\n")
+    train(compose_cfg([*TINY, f"train.max_steps={2 * N + 1}", "attention=dot", f"train.resume={resumed}"]), resumed)
+    assert "nmt.attention.Additive" in (resumed / ".hydra" / "config.yaml").read_text()  # a run folder resumes too
+    assert last_state(resumed)[1]["step"] == 2 * N + 1
     for name in ("last.pt", "best.pt"):
         _, cfg, *_ = checkpoint.load(resumed / "checkpoints" / name)
         assert (cfg.attention._target_, cfg.decoder.style) == ("nmt.attention.Additive", "luong"), name
@@ -112,7 +121,7 @@ def test_sigint_finishes_the_step_saves_last_and_says_how_to_resume(repo_root, t
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=120)
     output = stdout.decode() + stderr.decode()  # Hydra's console log goes to stdout
-    assert proc.returncode == 0, output[-3000:]
+    assert proc.returncode == 130, output[-3000:]  # 128 + SIGINT: a script can tell it from a finished run
     assert "train.resume=" in output and "SIGINT" in output
     command = next(line for line in output.splitlines() if "python train.py" in line)
     assert "train.valid_every=3 train.max_steps=100000" in command, command  # the run's own settings carry over

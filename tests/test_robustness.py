@@ -105,8 +105,9 @@ def test_mismatched_training_files_stop_before_training(repo_root, tmp_path):
                        f"data.valid_src={tmp_path}/a.de", f"data.valid_tgt={tmp_path}/a.en",
                        f"hydra.run.dir={tmp_path}/run"], repo_root)
     output = proc.stdout.decode() + proc.stderr.decode()
-    assert proc.returncode != 0
-    assert "a.de has 3 lines" in output and "a.en has 2" in output
+    assert proc.returncode == 1 and "Traceback" not in output  # one line naming both files, not a traceback
+    last = proc.stderr.decode().strip().splitlines()[-1]
+    assert last.startswith("train.py: error: ") and "a.de has 3 lines" in last and "a.en has 2" in last
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
