@@ -4,6 +4,7 @@ import json
 import logging
 import sys
 import time
+from pathlib import Path
 
 import hydra
 import torch
@@ -48,6 +49,9 @@ def run(cfg: DictConfig) -> None:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     device = checkpoint.pick_device(cfg.device)
+    for key in ("input", "reference"):  # name the key, not only the path
+        if cfg[key] and cfg[key] != "-" and not Path(cfg[key]).exists():
+            raise FileNotFoundError(f"{key}={cfg[key]}: file not found")
     sentences = read_lines(cfg.input)
     references = read_lines(cfg.reference) if cfg.reference else None
     if references is not None and len(references) != len(sentences):  # found before any translating
@@ -62,7 +66,9 @@ def run(cfg: DictConfig) -> None:
                          "translation of each line)")
     if cfg.nbest == "-" and cfg.output == "-":
         raise ValueError("nbest=- and output=- would both write to stdout: give one of them a file")
+    loading = time.perf_counter()
     model, model_cfg, src_tok, tgt_tok, _ = checkpoint.load(cfg.checkpoint, device)
+    loading = time.perf_counter() - loading
     # a model trained on normalized text (data.normalize, e.g. the alignment presets) sees its input the same way
     sentences = Normalizer.from_config(model_cfg.data.get("normalize"), model_cfg.data.src_lang).lines(sentences)
     start = time.perf_counter()
@@ -72,9 +78,9 @@ def run(cfg: DictConfig) -> None:
     atomic_write(cfg.output, "".join(t.text + "\n" for t in results))
     if cfg.nbest:
         atomic_write(cfg.nbest, nbest_lines(nbest))
-    log.info("translated %d lines (%d empty) in %.1f s (%.1f sentences/s), beam size %d: %s", len(results),
-             sum(not s.strip() for s in sentences), seconds, len(results) / max(seconds, 1e-9),
-             beam_size, "stdout" if cfg.output == "-" else cfg.output)
+    log.info("translated %d lines (%d empty) in %.1f s (%.1f sentences/s; model loaded in %.1f s), beam size %d: %s",
+             len(results), sum(not s.strip() for s in sentences), seconds, len(results) / max(seconds, 1e-9),
+             loading, beam_size, "stdout" if cfg.output == "-" else cfg.output)
     if cfg.alignments:
         save_alignments(cfg.alignments, results)
         if cfg.plots:

@@ -239,7 +239,8 @@ def test_translate_file(run_dir, references, repo_root, final_checkpoint, tmp_pa
     assert len(outputs) == len(lines)
     blank = [i for i, line in enumerate(lines) if not line.strip()]
     # success is reported on stderr: line counts, speed, beam size and where the translations went
-    assert f"translated {len(lines)} lines ({len(blank)} empty) in " in proc.stderr.decode()
+    assert re.search(rf"translated {len(lines)} lines \({len(blank)} empty\) in [\d.]+ s \([\d.]+ sentences/s; "
+                     r"model loaded in [\d.]+ s\)", proc.stderr.decode())
     assert f"beam size {BEAM}: {out}" in proc.stderr.decode()
     assert [outputs[i] for i in blank] == [""] * len(blank)
     assert [outputs[i] for i in where] == read_text_lines(run_dir / "eval" / "test.hyp")

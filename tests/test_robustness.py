@@ -191,6 +191,17 @@ def test_translate_with_a_missing_checkpoint_says_so_in_one_line(repo_root, tmp_
     assert not (tmp_path / "out.en").exists()
 
 
+@pytest.mark.parametrize("key", ["input", "reference"])
+def test_translate_with_a_missing_input_or_reference_names_the_key(repo_root, tmp_path, key):
+    (tmp_path / "in.de").write_text("Ein Hund.\n", encoding="utf-8")
+    given = {"input": "in.de", "reference": None, key: "missing.txt"}
+    proc = run_script([str(repo_root / "translate.py"), f"checkpoint={tmp_path}/nope.pt", "output=out.en",
+                       *(f"{k}={v}" for k, v in given.items() if v)], tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.decode().strip() == f"translate.py: error: {key}={tmp_path}/missing.txt: file not found"
+    assert not (tmp_path / "out.en").exists()
+
+
 def test_translate_without_input_names_the_missing_key_in_one_line(repo_root, tmp_path):
     proc = run_script([str(repo_root / "translate.py"), f"checkpoint={tmp_path}/model.pt"], tmp_path)
     stderr = proc.stderr.decode()
