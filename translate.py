@@ -4,14 +4,13 @@ import json
 import logging
 import sys
 import time
-from pathlib import Path
 
 import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from nmt import checkpoint
-from nmt.evaluate import check_n_best, nbest_lines, save_alignments, score, translate_nbest
+from nmt.evaluate import check_n_best, check_npz_path, nbest_lines, save_alignments, score, translate_nbest
 from nmt.normalize import Normalizer
 from nmt.plot import plot_npz
 from nmt.textio import TextFileError, atomic_write, read_lines
@@ -49,16 +48,13 @@ def run(cfg: DictConfig) -> None:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     device = checkpoint.pick_device(cfg.device)
-    for key in ("input", "reference"):  # name the key, not only the path
-        if cfg[key] and cfg[key] != "-" and not Path(cfg[key]).exists():
-            raise FileNotFoundError(f"{key}={cfg[key]}: file not found")
-    sentences = read_lines(cfg.input)
-    references = read_lines(cfg.reference) if cfg.reference else None
+    sentences = read_lines(cfg.input, key="input")
+    references = read_lines(cfg.reference, key="reference") if cfg.reference else None
     if references is not None and len(references) != len(sentences):  # found before any translating
         raise ValueError(f"{cfg.reference} has {len(references)} lines but {cfg.input} has {len(sentences)}: "
                          "reference= needs one reference line per input line")
-    if cfg.alignments and not str(cfg.alignments).endswith(".npz"):
-        raise ValueError(f"alignments={cfg.alignments} must end in .npz (its tokens go to the .jsonl beside it)")
+    if cfg.alignments:
+        check_npz_path(cfg.alignments)
     beam_size, n_best = cfg.beam_size or cfg.decode.beam_size, cfg.decode.n_best
     check_n_best(n_best, beam_size)
     if n_best > 1 and not cfg.nbest:

@@ -58,7 +58,7 @@ from nmt.alignment import (
     to_pharaoh,
 )
 from nmt.data import collate
-from nmt.evaluate import EMPTY, Translation, save_alignments
+from nmt.evaluate import EMPTY, Translation, check_npz_path, save_alignments
 from nmt.normalize import Normalizer
 from nmt.search import log_probs
 from nmt.textio import atomic_write, read_lines
@@ -235,8 +235,11 @@ def parse_args(argv: Sequence[str]) -> dict:
         raise UsageError(f"lowercase={opts['lowercase']}; valid: auto (as the checkpoint's training data), true, false")
     if opts["direction_method"] not in METHODS:
         raise UsageError(f"direction_method={opts['direction_method']}; valid: {', '.join(METHODS)}")
-    if opts["matrices"] and not opts["matrices"].endswith(".npz"):
-        raise UsageError(f"matrices={opts['matrices']} must end in .npz (its tokens go to the .jsonl beside it)")
+    if opts["matrices"]:
+        try:
+            check_npz_path(opts["matrices"], key="matrices")
+        except ValueError as err:
+            raise UsageError(str(err)) from None
     reverse = opts["reverse_checkpoint"]
     if opts["combine"] is not None:
         if opts["combine"] not in COMBINATIONS or not reverse:

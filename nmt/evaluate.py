@@ -147,6 +147,13 @@ def save_results(prefix: str | Path, translations: list[Translation], scores: di
         atomic_write(prefix + ".scores.json", json.dumps(scores, indent=2, ensure_ascii=False) + "\n")
 
 
+def check_npz_path(path: str | Path, key: str = "alignments") -> None:
+    """Raises ValueError, naming the setting ``key``, unless ``path`` ends in ``.npz``: the tokens of the matrices
+    go to the ``.jsonl`` beside it, where :func:`nmt.plot.plot_npz` looks for them."""
+    if not str(path).endswith(".npz"):
+        raise ValueError(f"{key}={path} must end in .npz (its tokens go to the .jsonl beside it)")
+
+
 def save_alignments(npz_path: str | Path, translations: list[Translation]) -> None:
     """The alignment matrices (``npz_path``) and their tokens (same path with ``.jsonl``), atomically.
 
@@ -154,8 +161,7 @@ def save_alignments(npz_path: str | Path, translations: list[Translation]) -> No
         ValueError: when ``npz_path`` does not end in ``.npz`` (the tokens file is named after it, and
             :func:`nmt.plot.plot_npz` looks for it there).
     """
-    if not str(npz_path).endswith(".npz"):
-        raise ValueError(f"alignments={npz_path} must end in .npz (its tokens go to the .jsonl beside it)")
+    check_npz_path(npz_path)
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **{str(i): t.alignment for i, t in enumerate(translations)})
     atomic_write(npz_path, buffer.getvalue())

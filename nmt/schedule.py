@@ -55,7 +55,12 @@ class BudgetDecay:
         """Nothing to restore (see :meth:`state_dict`)."""
 
 
-SCHEDULERS = ("plateau", "budget", "constant")
+SCHEDULE_KEYS = {  # the train.* settings that set the learning rate, per scheduler (a resume warns when they change)
+    "plateau": ("lr_scheduler", "lr", "min_lr", "lr_factor", "lr_patience"),
+    "budget": ("lr_scheduler", "lr", "min_lr", "lr_decay_start", "max_steps", "max_minutes"),
+    "constant": ("lr_scheduler", "lr"),
+}
+SCHEDULERS = tuple(SCHEDULE_KEYS)
 
 
 def check_schedule(t, warn: bool = True) -> None:

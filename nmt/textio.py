@@ -19,8 +19,9 @@ class TextFileError(ValueError):
     """A text file that cannot be read as UTF-8 lines; the message names the file, line and what to do."""
 
 
-def read_lines(path: str | Path) -> list[str]:
-    """Read a UTF-8 text file (plain, ``.gz``, or ``-`` for stdin) into lines without their line ends.
+def read_lines(path: str | Path, key: str | None = None) -> list[str]:
+    """Read a UTF-8 text file (plain, ``.gz``, or ``-`` for stdin) into lines without their line ends; ``key`` (the
+    setting that named the file, e.g. ``input``) is named in the error for a missing file.
 
     Returns:
         one string per line; a final line without ``\\n`` counts, a file ending in ``\\n`` has no extra empty line.
@@ -34,7 +35,7 @@ def read_lines(path: str | Path) -> list[str]:
     else:
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"file not found: {path}")
+            raise FileNotFoundError(f"{key}={path}: file not found" if key else f"file not found: {path}")
         data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]

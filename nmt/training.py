@@ -29,7 +29,7 @@ from nmt.data import Parallel, encode_pairs, iterate_batches, load_splits
 from nmt.evaluate import save_results, score, translate
 from nmt.loss import label_smoothed_cross_entropy
 from nmt.plot import plot_npz
-from nmt.schedule import BudgetDecay, check_schedule, make_optimizer
+from nmt.schedule import SCHEDULE_KEYS, BudgetDecay, check_schedule, make_optimizer
 from nmt.textio import atomic_write
 from nmt.tokenizer import PAD_ID, Tokenizer, train_spm
 
@@ -166,13 +166,6 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = ()) -> dict:
     return results
 
 
-SCHEDULE_KEYS = {  # the train.* settings that set the learning rate, per scheduler (a resume warns when they change)
-    "plateau": ("lr_scheduler", "lr", "min_lr", "lr_factor", "lr_patience"),
-    "budget": ("lr_scheduler", "lr", "min_lr", "lr_decay_start", "max_steps", "max_minutes"),
-    "constant": ("lr_scheduler", "lr"),
-}
-
-
 FROM_CHECKPOINT = ("model", "attention", "decoder", "tokenizer", "data")  # what a resumed run cannot change
 
 
@@ -305,8 +298,10 @@ def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid
                 window.update(tokens=window["tokens"] + ntok, loss=window["loss"] + loss, steps=window["steps"] + 1)
                 bar.update(1)
                 tok_s = window["tokens"] / max(time.monotonic() - window["start"], 1e-9)
-                bar.set_postfix(epoch=progress.epoch, loss=f"{loss / ntok:.3f}", tok_s=f"{tok_s:.0f}", refresh=False)
-                if bar.disable and log_every and progress.step % log_every == 0:
+                if not bar.disable:
+                    bar.set_postfix(epoch=progress.epoch, loss=f"{loss / ntok:.3f}", tok_s=f"{tok_s:.0f}",
+                                    refresh=False)
+                elif log_every and progress.step % log_every == 0:
                     log.info("step %d (epoch %d, %.1f min): train loss %.3f, %.0f tok/s, lr %.3g",
                              progress.step, progress.epoch, (time.monotonic() - start) / 60,
                              window["loss"] / max(window["tokens"], 1), tok_s, optimizer.param_groups[0]["lr"])
