@@ -134,6 +134,18 @@ def score(hypotheses: list[str], references: list[str]) -> dict:
             "bleu_lowercase": round(lc.score, 2), "bleu_lowercase_signature": str(bleu_lc.get_signature())}
 
 
+def greedy_bleu(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sources: list[str], references: list[str], decode,
+                device) -> float:
+    """Corpus BLEU (sacreBLEU default, cased) of the greedy translations of ``sources`` against ``references``:
+    the validation criterion of training. ``decode``: the decoding config (batch size, maximum length).
+
+    Raises:
+        ValueError: as :func:`score`, if the line counts differ.
+    """
+    hyps = translate(model, src_tok, tgt_tok, sources, decode, device, beam_size=1)
+    return score([h.text for h in hyps], references)["bleu"]
+
+
 def save_results(prefix: str | Path, translations: list[Translation], scores: dict | None = None) -> None:
     """Write ``prefix.hyp``, ``.alignments.npz``, ``.alignments.jsonl``, ``.align`` and (with scores)
     ``.scores.json``; every file is written atomically."""

@@ -1,4 +1,5 @@
-"""``train(cfg, run_dir)``: subwords, batches, the training loop, validation, checkpoints, final evaluation.
+"""``train(cfg, run_dir)``: subwords, batches, the training loop, validation and checkpoints, then the final
+evaluation (:mod:`nmt.final`). Resuming and the saved training state live in :mod:`nmt.state`.
 
 The run directory follows design.md §2: ``spm/``, ``checkpoints/{best,last}.pt``, ``metrics.jsonl``,
 ``eval/{split}.*`` (the configured decoder, beam search by default), ``eval/greedy/{split}.*`` and ``plots/``.
@@ -14,8 +15,9 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import sentencepiece as spm
@@ -23,30 +25,16 @@ import torch
 from tqdm import tqdm
 
 from nmt import checkpoint
-from nmt.average import average_checkpoints, select_checkpoints
-from nmt.curves import read_curve
+from nmt.average import select_checkpoints
 from nmt.data import Parallel, encode_pairs, iterate_batches, load_splits
-from nmt.evaluate import save_results, score, translate
+from nmt.evaluate import greedy_bleu
+from nmt.final import final_evaluation
 from nmt.loss import label_smoothed_cross_entropy
-from nmt.plot import plot_npz
-from nmt.schedule import SCHEDULE_KEYS, BudgetDecay, check_schedule, make_optimizer
-from nmt.textio import atomic_write
+from nmt.schedule import BudgetDecay, check_schedule, make_optimizer
+from nmt.state import Progress, restore, resume_from, save_state
 from nmt.tokenizer import PAD_ID, Tokenizer, train_spm
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Progress:
-    """Where training stands; saved in checkpoints as plain data."""
-
-    step: int = 0
-    epoch: int = 0
-    batch_in_epoch: int = 0
-    best_bleu: float = -1.0
-    best_step: int = 0
-    bad_validations: int = 0
-    train_seconds: float = 0.0
 
 
 def prepare_tokenizers(tok_cfg, train: Parallel, spm_dir: Path) -> tuple[Tokenizer, Tokenizer]:
@@ -108,52 +96,16 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = ()) -> dict:
     if cfg.get("threads"):
         torch.set_num_threads(cfg.threads)
     device = checkpoint.pick_device(cfg.device)
-    resume = cfg.train.get("resume") or (run_dir / "checkpoints" / "last.pt")
-    if Path(resume).is_dir() and (Path(resume) / "checkpoints" / "last.pt").is_file():  # a run folder
-        resume = Path(resume) / "checkpoints" / "last.pt"
-    payload = None
-    if cfg.train.get("resume") or Path(resume).is_file():
-        model, src_tok, tgt_tok, payload, cfg = resume_from(resume, cfg, run_dir, device)
-        checkpoint.save_config(cfg, run_dir / ".hydra" / "config.yaml")  # the folder describes the model trained
-        data_cfg = cfg.data
-        splits = load_splits(data_cfg)
-    else:
-        data_cfg = cfg.data
-        splits = load_splits(data_cfg)
-        src_tok, tgt_tok = prepare_tokenizers(cfg.tokenizer, splits["train"], run_dir / "spm")
-        model = checkpoint.build_model(cfg, len(src_tok), len(tgt_tok)).to(device)
-    train_pairs = encode_pairs(splits["train"], src_tok, tgt_tok, data_cfg.max_len)
-    alpha = cfg.tokenizer.get("sample_alpha") or 0.0
-
-    def epoch_pairs(epoch: int):
-        """The training pairs of one epoch: fixed, or freshly sampled segmentations (seeded by epoch)."""
-        if not alpha:
-            return train_pairs
-        spm.set_random_generator_seed(cfg.seed + epoch)
-        return encode_pairs(splits["train"], src_tok, tgt_tok, data_cfg.max_len, sample_alpha=alpha, quiet=True)
-    valid_pairs = encode_pairs(splits["valid"], src_tok, tgt_tok)
-    if alpha:
-        log.info("subword regularization: a fresh sampled segmentation of the training data every epoch "
-                 "(tokenizer.sample_alpha=%s)", alpha)
+    cfg, splits, model, toks, payload = start_or_resume(cfg, run_dir, device)
+    train_pairs, epoch_pairs = training_pairs(cfg, splits["train"], toks)
+    valid_pairs = encode_pairs(splits["valid"], *toks)
     log.info("model: %.2fM parameters, attention=%s, decoder=%s, device=%s; %d training pairs; run folder %s",
              sum(p.numel() for p in model.parameters()) / 1e6, type(model.decoder.attention).__name__,
              cfg.decoder.style, device, len(train_pairs), run_dir.resolve())
     optimizer, scheduler = make_optimizer(model, cfg)
-    progress = Progress()
-    if payload is not None:
-        optimizer.load_state_dict(payload["optimizer"])
-        if scheduler is not None and payload.get("scheduler"):
-            scheduler.load_state_dict(payload["scheduler"])
-        progress = Progress(**payload["progress"])
-        torch.set_rng_state(payload["rng"]["torch"].cpu())
-        log.info("resumed at step %d (epoch %d, batch %d of that epoch)", progress.step, progress.epoch,
-                 progress.batch_in_epoch)
-        if isinstance(scheduler, BudgetDecay):
-            log.info("budget schedule: %.0f%% of the budget used, learning rate %.3g from here",
-                     100 * scheduler.used(progress.step, progress.train_seconds),
-                     scheduler.rate(progress.step, progress.train_seconds))
-    stop = train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, splits["valid"],
-                      (src_tok, tgt_tok), run_dir, device, progress, overrides)
+    progress = Progress() if payload is None else restore(payload, optimizer, scheduler)
+    stop = train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, splits["valid"], toks, run_dir,
+                      device, progress, overrides)
     results = {"valid_bleu": progress.best_bleu, "steps": progress.step,
                "train_minutes": progress.train_seconds / 60, "run_dir": str(run_dir), "stopped": stop}
     if stop.startswith("interrupted"):
@@ -166,61 +118,48 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = ()) -> dict:
     return results
 
 
-FROM_CHECKPOINT = ("model", "attention", "decoder", "tokenizer", "data")  # what a resumed run cannot change
+def start_or_resume(cfg, run_dir: Path, device):
+    """The config, splits, model, tokenizers and checkpoint payload of the run: resumed from ``train.resume``
+    (a checkpoint, or a run folder with ``checkpoints/last.pt``) or from ``run_dir/checkpoints/last.pt`` when it
+    exists (:func:`nmt.state.resume_from`; ``payload`` holds the optimizer, progress and RNG state), else a new
+    model with SentencePiece models trained on the training split (``payload`` None).
 
-
-def resume_from(path, cfg, run_dir: Path, device):
-    """Model, tokenizers and data config from a checkpoint to resume; its SentencePiece models are copied to
-    ``run_dir/spm``.
-
-    The architecture and the corpus (``data``, with its paths already absolute) come from the checkpoint's own
-    config, so a resumed run trains on the same data; a different one on the command line is ignored with a
-    warning, and so does a changed learning-rate schedule. Resuming into another run folder copies the
-    checkpoint's ``best.pt`` and ``step_N.pt`` along, and its run's ``metrics.jsonl`` records up to the
-    checkpoint's step, so the final evaluation and averaging still see them.
-    Returns ``(model, src_tok, tgt_tok, payload, cfg)``: ``cfg`` is the command line's config with those groups
-    (``FROM_CHECKPOINT``) taken from the checkpoint, so the checkpoints, logs and scores of the resumed run
-    describe the model it trains.
+    Returns:
+        ``(cfg, splits, model, (src_tok, tgt_tok), payload)``; after a resume ``cfg`` holds the checkpoint's
+        model, attention, decoder, tokenizer and data settings, and ``.hydra/config.yaml`` is rewritten to them.
 
     Raises:
-        FileNotFoundError / nmt.checkpoint.CheckpointError: as :func:`nmt.checkpoint.load`, and for a checkpoint
-            that holds weights only (``step_N.pt``, ``averaged.pt``): resume from ``last.pt`` (or ``best.pt``).
+        FileNotFoundError / nmt.checkpoint.CheckpointError: for a resume checkpoint that is missing or unusable.
     """
-    model, ckpt_cfg, src_tok, tgt_tok, payload = checkpoint.load(path, device)
-    missing = [key for key in ("optimizer", "progress", "rng") if key not in payload]
-    if missing:
-        raise checkpoint.CheckpointError(
-            f"{path} holds weights only (no {', '.join(missing)}), so training cannot continue from it: resume from "
-            f"the run's checkpoints/last.pt (or best.pt), or start a new run")
-    for key in FROM_CHECKPOINT:
-        if changed := checkpoint.differences(ckpt_cfg.get(key), cfg.get(key), key):
-            log.warning("resuming %s: %s comes from the checkpoint, not from the command line: %s", path, key,
-                        "; ".join(f"{name}={before} (command line: {now})" for name, before, now in changed))
-    for key in SCHEDULE_KEYS.get(ckpt_cfg.train.get("lr_scheduler"), SCHEDULE_KEYS["budget"]):
-        before, now = ckpt_cfg.train.get(key), cfg.train.get(key)
-        if before != now:
-            log.warning("resuming %s: train.%s was %s when it was saved and is %s now; the learning-rate schedule "
-                        "changes from here (repeat the original train.* settings to continue it unchanged)",
-                        path, key, before, now)
-    source_dir, target_dir = Path(path).resolve().parent, (run_dir / "checkpoints").resolve()
-    if source_dir != target_dir:  # resuming into a new folder: bring the best checkpoints along
-        target_dir.mkdir(parents=True, exist_ok=True)
-        for kept in [source_dir / "best.pt", *sorted(source_dir.glob("step_*.pt"))]:
-            if kept.is_file() and not (target_dir / kept.name).exists():
-                checkpoint.write_payload(target_dir / kept.name, checkpoint.load_payload(kept))
-        # and the validations up to the checkpoint's step: averaging ranks the copied step_N.pt by them, and the
-        # new run's learning curve continues the old one
-        source_metrics, target_metrics = source_dir.parent / "metrics.jsonl", run_dir / "metrics.jsonl"
-        if source_metrics.is_file() and source_metrics.read_text(encoding="utf-8").strip() \
-                and not target_metrics.exists():
-            records = [r for r in read_curve(source_dir.parent).records if r["step"] <= payload["progress"]["step"]]
-            atomic_write(target_metrics, "".join(json.dumps(r) + "\n" for r in records))
-    spm_dir = run_dir / "spm"
-    spm_dir.mkdir(parents=True, exist_ok=True)
-    for name, tok in (("src", src_tok), ("tgt", tgt_tok)):
-        if not (spm_dir / f"{name}.model").is_file():
-            atomic_write(spm_dir / f"{name}.model", tok.model_proto)
-    return model.train(), src_tok, tgt_tok, payload, checkpoint.adopt(cfg, ckpt_cfg, FROM_CHECKPOINT)
+    resume = cfg.train.get("resume") or (run_dir / "checkpoints" / "last.pt")
+    if Path(resume).is_dir() and (Path(resume) / "checkpoints" / "last.pt").is_file():  # a run folder
+        resume = Path(resume) / "checkpoints" / "last.pt"
+    if cfg.train.get("resume") or Path(resume).is_file():
+        model, src_tok, tgt_tok, payload, cfg = resume_from(resume, cfg, run_dir, device)
+        checkpoint.save_config(cfg, run_dir / ".hydra" / "config.yaml")  # the folder describes the model trained
+        return cfg, load_splits(cfg.data), model, (src_tok, tgt_tok), payload
+    splits = load_splits(cfg.data)
+    src_tok, tgt_tok = prepare_tokenizers(cfg.tokenizer, splits["train"], run_dir / "spm")
+    model = checkpoint.build_model(cfg, len(src_tok), len(tgt_tok)).to(device)
+    return cfg, splits, model, (src_tok, tgt_tok), None
+
+
+def training_pairs(cfg, train: Parallel, toks) -> tuple[list, Callable[[int], list]]:
+    """The encoded training pairs (best segmentation, at most ``data.max_len`` pieces a side) and the function
+    that gives the pairs of epoch e: those same pairs, or with ``tokenizer.sample_alpha`` > 0 (subword
+    regularization, Kudo 2018; BPE-dropout, Provilkov et al. 2020) a fresh sampled segmentation seeded by
+    ``seed + e``."""
+    pairs = encode_pairs(train, *toks, cfg.data.max_len)
+    alpha = cfg.tokenizer.get("sample_alpha") or 0.0
+    if not alpha:
+        return pairs, lambda epoch: pairs
+    log.info("subword regularization: a fresh sampled segmentation of the training data every epoch "
+             "(tokenizer.sample_alpha=%s)", alpha)
+
+    def epoch_pairs(epoch: int) -> list:
+        spm.set_random_generator_seed(cfg.seed + epoch)
+        return encode_pairs(train, *toks, cfg.data.max_len, sample_alpha=alpha, quiet=True)
+    return pairs, epoch_pairs
 
 
 @contextmanager
@@ -260,6 +199,41 @@ def train_step(model, optimizer, batch, t) -> tuple[float, int]:
     return float(loss.detach()), ntok
 
 
+class Meter:
+    """Training loss (nats per target token) and target tokens/s since the last validation, shown as a progress
+    bar on a terminal; sent to a file (nohup, a scheduler's log) a bar would be one endless line of carriage
+    returns, so there a plain log line every ``train.log_every`` steps replaces it."""
+
+    def __init__(self, t, progress: Progress):
+        self.bar = tqdm(total=t.max_steps, initial=progress.step, desc="train", unit="step", mininterval=2.0,
+                        disable=not sys.stderr.isatty())
+        self.log_every = t.get("log_every") or 0
+        self.reset()
+
+    def reset(self) -> None:
+        """Start a new window (after a validation)."""
+        self.tokens, self.loss, self.steps, self.start = 0, 0.0, 0, time.monotonic()
+
+    def rate(self) -> float:
+        """Target tokens/s in the window."""
+        return self.tokens / max(time.monotonic() - self.start, 1e-9)
+
+    def update(self, loss: float, ntok: int, progress: Progress, minutes: float, lr: float) -> None:
+        """Count one step of ``ntok`` target tokens with summed ``loss``; refresh the bar or log a line."""
+        self.tokens, self.loss, self.steps = self.tokens + ntok, self.loss + loss, self.steps + 1
+        self.bar.update(1)
+        if not self.bar.disable:
+            self.bar.set_postfix(epoch=progress.epoch, loss=f"{loss / ntok:.3f}", tok_s=f"{self.rate():.0f}",
+                                 refresh=False)
+        elif self.log_every and progress.step % self.log_every == 0:
+            log.info("step %d (epoch %d, %.1f min): train loss %.3f, %.0f tok/s, lr %.3g", progress.step,
+                     progress.epoch, minutes, self.loss / max(self.tokens, 1), self.rate(), lr)
+
+    def record(self) -> dict:
+        """The window's figures for metrics.jsonl."""
+        return {"train_loss": self.loss / max(self.tokens, 1), "tokens_per_sec": self.rate()}
+
+
 def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid: Parallel, toks, run_dir, device,
                progress: Progress, overrides=()) -> str:
     """Update until max_steps / max_epochs / max_minutes / early stopping / a signal; validate every
@@ -268,45 +242,29 @@ def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid
     encoded training pairs of an epoch. Returns why it stopped."""
     t = cfg.train
     start = time.monotonic() - progress.train_seconds
-    window = {"tokens": 0, "loss": 0.0, "steps": 0, "start": time.monotonic()}
-    # a progress bar on a terminal; sent to a file (nohup, a scheduler's log) it would be one endless line of
-    # carriage returns, so there a plain log line every ``log_every`` steps replaces it
-    bar = tqdm(total=t.max_steps, initial=progress.step, desc="train", unit="step", mininterval=2.0,
-               disable=not sys.stderr.isatty())
-    log_every = t.get("log_every") or 0
+    meter = Meter(t, progress)
     model.train()
 
     def check(stop):
         progress.train_seconds = time.monotonic() - start
         if stop or progress.step % t.valid_every == 0:
-            rate = window["tokens"] / max(time.monotonic() - window["start"], 1e-9)
-            record = {"train_loss": window["loss"] / max(window["tokens"], 1), "tokens_per_sec": rate}
             stop = validate(cfg, model, optimizer, scheduler, valid_pairs, valid, toks, run_dir, device,
-                            progress, record) or stop
-            window.update(tokens=0, loss=0.0, steps=0, start=time.monotonic())
+                            progress, meter.record()) or stop
+            meter.reset()  # validation time is not training time
         return stop
 
     with stop_on_signals() as flag:
         while True:
-            for batch in iterate_batches(epoch_pairs(progress.epoch), t.batch_tokens, shuffle=True, seed=cfg.seed + progress.epoch,
-                                         skip=progress.batch_in_epoch):
+            for batch in iterate_batches(epoch_pairs(progress.epoch), t.batch_tokens, shuffle=True,
+                                         seed=cfg.seed + progress.epoch, skip=progress.batch_in_epoch):
                 if isinstance(scheduler, BudgetDecay):
                     scheduler.update(progress.step, time.monotonic() - start)
                 loss, ntok = train_step(model, optimizer, batch.to(device), t)
                 progress.step += 1
                 progress.batch_in_epoch += 1
-                window.update(tokens=window["tokens"] + ntok, loss=window["loss"] + loss, steps=window["steps"] + 1)
-                bar.update(1)
-                tok_s = window["tokens"] / max(time.monotonic() - window["start"], 1e-9)
-                if not bar.disable:
-                    bar.set_postfix(epoch=progress.epoch, loss=f"{loss / ntok:.3f}", tok_s=f"{tok_s:.0f}",
-                                    refresh=False)
-                elif log_every and progress.step % log_every == 0:
-                    log.info("step %d (epoch %d, %.1f min): train loss %.3f, %.0f tok/s, lr %.3g",
-                             progress.step, progress.epoch, (time.monotonic() - start) / 60,
-                             window["loss"] / max(window["tokens"], 1), tok_s, optimizer.param_groups[0]["lr"])
+                meter.update(loss, ntok, progress, (time.monotonic() - start) / 60, optimizer.param_groups[0]["lr"])
                 if flag["signal"]:
-                    bar.close()
+                    meter.bar.close()
                     return interrupted(cfg, model, optimizer, scheduler, toks, run_dir, progress, flag["signal"],
                                        time.monotonic() - start, overrides)
                 stop = check(stop_reason(t, progress, time.monotonic() - start))
@@ -316,11 +274,11 @@ def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid
                 progress.epoch += 1
                 progress.batch_in_epoch = 0
                 stop = stop_reason(t, progress, time.monotonic() - start)
-                if stop and window["steps"]:
+                if stop and meter.steps:
                     stop = check(stop)
             if stop:
                 break
-    bar.close()
+    meter.bar.close()
     log.info("training stopped after %d steps (%d epochs, %.1f min): %s", progress.step, progress.epoch,
              progress.train_seconds / 60, stop)
     used = scheduler.used(progress.step, progress.train_seconds) if isinstance(scheduler, BudgetDecay) else 1.0
@@ -344,13 +302,6 @@ def interrupted(cfg, model, optimizer, scheduler, toks, run_dir: Path, progress:
     return f"interrupted by {name}"
 
 
-def save_state(path: Path, cfg, model, optimizer, scheduler, toks, progress: Progress) -> None:
-    """A full training checkpoint: weights, optimizer, scheduler, progress and the torch RNG state."""
-    checkpoint.save(path, model, cfg, *toks, optimizer=optimizer.state_dict(),
-                    scheduler=scheduler.state_dict() if scheduler else None, progress=asdict(progress),
-                    rng={"torch": torch.get_rng_state()})
-
-
 def stop_reason(t, progress: Progress, elapsed: float) -> str | None:
     """Why training should stop now, or None."""
     if t.max_steps and progress.step >= t.max_steps:
@@ -366,7 +317,7 @@ def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, tok
              progress: Progress, record: dict) -> str | None:
     """Validation loss/perplexity and greedy BLEU; checkpoints; metrics.jsonl. Returns a stop reason or None."""
     valid_loss = validation_loss(model, valid_pairs, cfg.train.batch_tokens, device)
-    bleu = greedy_bleu(cfg, model, toks, valid, device)
+    bleu = greedy_bleu(model, *toks, valid.src, valid.tgt, cfg.decode, device)
     model.train()
     record = {"step": progress.step, "epoch": progress.epoch, **record, "valid_loss": valid_loss,
               "valid_ppl": math.exp(min(valid_loss, 50)), "valid_bleu": bleu, "lr": optimizer.param_groups[0]["lr"],
@@ -392,12 +343,6 @@ def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, tok
     return None
 
 
-def greedy_bleu(cfg, model, toks, split: Parallel, device) -> float:
-    """Corpus BLEU of greedy translations of ``split`` (the validation criterion)."""
-    hyps = translate(model, *toks, split.src, cfg.decode, device, beam_size=1)
-    return score([h.text for h in hyps], split.tgt)["bleu"]
-
-
 def keep_step_checkpoint(cfg, model, toks, run_dir: Path, progress: Progress) -> None:
     """Save weights-only ``checkpoints/step_N.pt`` and delete the step checkpoints that are no longer among the
     ``train.keep_best`` best by validation BLEU (the inputs of checkpoint averaging)."""
@@ -407,52 +352,3 @@ def keep_step_checkpoint(cfg, model, toks, run_dir: Path, progress: Progress) ->
     for path in ckpt_dir.glob("step_*.pt"):
         if path not in keep:
             path.unlink()
-
-
-def final_checkpoint(cfg, valid: Parallel, run_dir: Path, device, best_bleu: float) -> tuple[Path, dict]:
-    """The checkpoint to evaluate: ``best.pt``, or with ``train.average`` the mean of the kept step checkpoints
-    (``averaged.pt``) when its greedy validation BLEU is at least best.pt's. Returns (path, facts to report)."""
-    best = run_dir / "checkpoints" / "best.pt"
-    if not (cfg.train.get("average") and (cfg.train.get("keep_best") or 0) > 1):
-        return best, {}
-    paths = select_checkpoints(run_dir, best=cfg.train.keep_best)
-    if len(paths) < 2:
-        log.info("only %d step checkpoint: nothing to average, evaluating best.pt", len(paths))
-        return best, {}
-    averaged = run_dir / "checkpoints" / "averaged.pt"
-    average_checkpoints(paths, averaged)
-    model, _, src_tok, tgt_tok, _ = checkpoint.load(averaged, device)
-    bleu = greedy_bleu(cfg, model, (src_tok, tgt_tok), valid, device)
-    use = bleu >= best_bleu
-    log.info("average of %d checkpoints (%s): valid BLEU %.2f vs best.pt %.2f: evaluating %s", len(paths),
-             ", ".join(p.stem for p in paths), bleu, best_bleu, averaged.name if use else best.name)
-    return (averaged if use else best), {"averaged_valid_bleu": bleu, "averaged_steps": [p.stem for p in paths]}
-
-
-def final_evaluation(cfg, splits: dict[str, Parallel], run_dir: Path, device, best_bleu: float = -1.0) -> dict:
-    """Decode valid and test with the final checkpoint (best or averaged), greedy and the configured decoder;
-    write eval/ and plots/."""
-    path, results = final_checkpoint(cfg, splits["valid"], run_dir, device, best_bleu)
-    results["final_checkpoint"] = path.name
-    model, _, src_tok, tgt_tok, _ = checkpoint.load(path, device)
-    decoders = {"greedy": 1} if cfg.decode.beam_size == 1 else {"greedy": 1, f"beam{cfg.decode.beam_size}": None}
-    for split in ("valid", "test"):
-        if split not in splits:
-            continue
-        for name, beam_size in decoders.items():
-            hyps = translate(model, src_tok, tgt_tok, splits[split].src, cfg.decode, device, beam_size=beam_size)
-            scores = score([h.text for h in hyps], splits[split].tgt)
-            scores.update(beam_size=beam_size or cfg.decode.beam_size, length_penalty=cfg.decode.length_penalty,
-                          attention=cfg.attention._target_.rsplit(".", 1)[-1], decoder_style=cfg.decoder.style,
-                          checkpoint=str(path), split=split, decoder=name)
-            main = name != "greedy" or len(decoders) == 1
-            out = run_dir / "eval" / ("" if main else "greedy") / split
-            save_results(out, hyps, scores)
-            results[f"{split}_{name}_bleu"], results[f"{split}_{name}_chrf"] = scores["bleu"], scores["chrf"]
-            results[f"{split}_{name}_bleu_lowercase"] = scores["bleu_lowercase"]
-            results.setdefault("bleu_signature", scores["bleu_signature"])
-            log.info("%s %s: %s", split, name, scores["bleu_detail"])
-    if cfg.eval.plots and "test" in splits:
-        plot_npz(run_dir / "eval" / "test.alignments.npz", range(min(cfg.eval.plots, len(splits["test"]))),
-                 run_dir / "plots")
-    return results

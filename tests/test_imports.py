@@ -29,8 +29,9 @@ ALLOWED = {
     "checkpoint": {"attention", "model", "textio", "tokenizer"},  # attention: the allowed _target_s of a checkpoint
     "evaluate": {"alignment", "data", "search", "textio", "tokenizer"},
     "schedule": set(),
-    "training": {"average", "checkpoint", "curves", "data", "evaluate", "loss", "plot", "schedule", "textio",
-                 "tokenizer"},
+    "state": {"checkpoint", "curves", "schedule", "textio"},  # Progress, last.pt/best.pt, resuming
+    "final": {"average", "checkpoint", "data", "evaluate", "plot"},  # the end-of-run evaluation
+    "training": {"average", "checkpoint", "data", "evaluate", "final", "loss", "schedule", "state", "tokenizer"},
     "average": {"checkpoint", "curves"},  # curves.read_curve: the one reader of metrics.jsonl
     "align": {"alignment", "checkpoint", "data", "evaluate", "normalize", "search", "textio", "tokenizer"},
 }

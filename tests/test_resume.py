@@ -68,7 +68,7 @@ def test_resume_keeps_the_checkpoints_architecture_whatever_the_command_line_say
     not the ``attention=`` / ``model.*`` given on the resuming command line (which only gets a warning)."""
     first, resumed = tmp_path / "first", tmp_path / "resumed"
     train(compose_cfg([*TINY, f"train.max_steps={N}"]), first)
-    with caplog.at_level("WARNING", logger="nmt.training"):
+    with caplog.at_level("WARNING", logger="nmt"):
         results = train(compose_cfg([*TINY, f"train.max_steps={2 * N}", "attention=dot", "decoder.style=bahdanau",
                                      f"train.resume={first}/checkpoints/last.pt"]), resumed)
     # the warning names only what differs; the run folder's .hydra/config.yaml is rewritten to the model trained

@@ -107,7 +107,7 @@ def test_a_bad_schedule_fails_before_any_work(compose_cfg, tmp_path):
 def test_stopping_before_the_budget_ends_and_a_changed_budget_on_resume_are_reported(compose_cfg, tmp_path, caplog):
     """Also: a run resumed into a new folder that never beats the old best still has best.pt to evaluate."""
     first, resumed = tmp_path / "first", tmp_path / "resumed"
-    caplog.set_level("INFO", logger="nmt.training")
+    caplog.set_level("INFO", logger="nmt")  # nmt.training and nmt.state
     train(compose_cfg([*TINY, "train.max_steps=4", "train.lr_scheduler=budget", "train.keep_best=0"]), first)
     assert "after 100% of the learning-rate budget" not in caplog.text
     caplog.clear()
