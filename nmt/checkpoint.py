@@ -27,8 +27,8 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be used; the message names the file and why."""
 
 
-TRAIN_PATHS = ("data.dir", "data.train_src", "data.train_tgt", "data.valid_src", "data.valid_tgt", "data.test_src",
-               "data.test_tgt", "train.resume")
+TRAIN_PATHS = ("data.dir", "data.file", "data.train_src", "data.train_tgt", "data.valid_src", "data.valid_tgt",
+               "data.test_src", "data.test_tgt", "train.resume")  # and the files of data.extra_train
 TRANSLATE_PATHS = ("checkpoint", "input", "output", "alignments", "reference", "plots", "nbest")
 
 
@@ -40,6 +40,13 @@ def absolute_paths(cfg: DictConfig, keys: tuple[str, ...]) -> None:
         value = OmegaConf.select(cfg, key)
         if value and value != "-":
             OmegaConf.update(cfg, key, to_absolute_path(str(value)))
+    if "data.dir" in keys:  # training: the files of data.extra_train entries ({paths: {LANG: FILE}} or {tsv: FILE})
+        for extra in OmegaConf.select(cfg, "data.extra_train") or []:
+            if isinstance(extra, DictConfig) and extra.get("tsv"):
+                extra.tsv = to_absolute_path(str(extra.tsv))
+            if isinstance(extra, DictConfig) and isinstance(extra.get("paths"), DictConfig):
+                for lang, path in extra.paths.items():
+                    extra.paths[lang] = to_absolute_path(str(path))
 
 
 def adopt(cfg: DictConfig, source: DictConfig, keys: tuple[str, ...]) -> DictConfig:
@@ -122,9 +129,32 @@ def check_attention_node(node, path: str | Path) -> None:
         raise CheckpointError(f"{path}: refused: its config names attention._target_={target!r}, which is not an "
                               f"nmt.attention model; only load checkpoints written by nmt")
     for key, value in node.items():
-        if (key.startswith("_") and key not in ("_target_", "_partial_")) or isinstance(value, (dict, list)):
+        if (not isinstance(key, str) or (key.startswith("_") and key not in ("_target_", "_partial_"))
+                or not (value is None or isinstance(value, (bool, int, float, str)))):
             raise CheckpointError(f"{path}: refused: its config holds attention.{key}={value!r}, which is not a "
                                   f"plain setting of an attention model; only load checkpoints written by nmt")
+
+
+def check_no_interpolation(node, path: str | Path, where: str = "config") -> None:
+    """Refuse a stored config with an OmegaConf interpolation (``${...}``) anywhere in it.
+
+    :func:`save` stores configs resolved, so a checkpoint written by nmt has none; in one written by someone
+    else, ``"${x}"`` as an attention setting would make Hydra's ``instantiate`` build the node ``x``, whatever
+    ``_target_`` it names, and a resolver (``${oc.env:...}``) would read the environment.
+
+    Raises:
+        CheckpointError: naming the file and the dotted key of the first interpolation.
+    """
+    if isinstance(node, dict):
+        for key, value in node.items():
+            check_no_interpolation(key, path, where)
+            check_no_interpolation(value, path, f"{where}.{key}")
+    elif isinstance(node, (list, tuple)):
+        for i, value in enumerate(node):
+            check_no_interpolation(value, path, f"{where}[{i}]")
+    elif isinstance(node, str) and "${" in node:
+        raise CheckpointError(f"{path}: refused: {where} holds the interpolation {node!r}; nmt stores configs "
+                              f"resolved, so only load checkpoints written by nmt")
 
 
 def bytes_tensor(data: bytes) -> torch.Tensor:
@@ -203,21 +233,25 @@ def load(path: str | Path, map_location: str | torch.device = "cpu"):
         its attention node names anything but an attention model (see :func:`check_attention_node`).
     """
     payload = load_payload(path, map_location)
+    if not isinstance(payload.get("config"), dict):
+        raise CheckpointError(f"{path}: it holds no config (got {type(payload.get('config')).__name__}); only load "
+                              f"checkpoints written by nmt")
+    check_no_interpolation(payload["config"], path)  # before OmegaConf or Hydra see it
+    check_attention_node(payload["config"].get("attention"), path)
     cfg = OmegaConf.create(payload["config"])
     try:
         src_tok, tgt_tok = (Tokenizer(payload["spm"][side].cpu().numpy().tobytes(), name=f"{path}:spm/{side}",
                                       vocab=vocab.tolist() if (vocab := payload["spm"].get(f"{side}_vocab")) is not None
                                       else None) for side in ("src", "tgt"))
-    except (RuntimeError, ValueError) as err:
-        raise CheckpointError(f"{path}: the sentencepiece model stored in it is unusable: {err}") from None
-    check_attention_node(payload["config"].get("attention"), path)
+    except (RuntimeError, ValueError, TypeError, AttributeError, KeyError) as err:
+        raise CheckpointError(f"{path}: the sentencepiece model stored in it is unusable: {err!r}") from None
     try:
         model = build_model(cfg, len(src_tok), len(tgt_tok))
     except Exception as err:  # noqa: BLE001 - Hydra's, OmegaConf's and the modules' own errors alike
         raise CheckpointError(f"{path}: the architecture in its config cannot be built: {err}") from None
     try:
         model.load_state_dict(payload["model"])
-    except RuntimeError as err:
+    except (RuntimeError, TypeError, AttributeError) as err:
         raise CheckpointError(f"{path}: weights do not fit the architecture in its own config or its "
                               f"sentencepiece vocabularies ({len(src_tok)}, {len(tgt_tok)}): {err}") from None
     return model.to(map_location).eval(), cfg, src_tok, tgt_tok, payload

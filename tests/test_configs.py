@@ -8,7 +8,7 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 from hydra.utils import instantiate
 
 from nmt.attention import Additive, Attention, Dot, General, LocalP
-from nmt.checkpoint import build_model
+from nmt.checkpoint import TRAIN_PATHS, absolute_paths, build_model
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 ATTENTIONS = sorted(p.stem for p in (CONF / "attention").glob("*.yaml"))
@@ -193,3 +193,15 @@ def test_experiment_presets_compose_and_overrides_still_apply(compose_cfg, name)
     assert cfg.attention._target_.endswith("Dot") and cfg.train.max_minutes == 5
     model = build_model(compose_cfg([f"+experiment={name}", *SMALL]), V_SRC, V_TGT)
     assert forward_shapes(model)[0] == (3, 4, V_TGT)
+
+
+def test_training_paths_made_absolute(compose_cfg, tmp_path, monkeypatch):
+    """Relative corpus paths are stored absolute (checkpoints keep them, and a resume reads the data from the
+    checkpoint's config), including data.file and every data.extra_train file."""
+    monkeypatch.chdir(tmp_path)
+    cfg = compose_cfg(["data=bitext", "data.file=pairs.txt",
+                       "data.extra_train=[{paths: {src: more.src, tgt: more.tgt}}, {tsv: sub/t.tsv, columns: [src, tgt]}]"])
+    absolute_paths(cfg, TRAIN_PATHS)
+    assert cfg.data.file == str(tmp_path / "pairs.txt")
+    assert dict(cfg.data.extra_train[0].paths) == {"src": str(tmp_path / "more.src"), "tgt": str(tmp_path / "more.tgt")}
+    assert cfg.data.extra_train[1].tsv == str(tmp_path / "sub" / "t.tsv")

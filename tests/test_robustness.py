@@ -181,6 +181,28 @@ def test_a_checkpoint_cannot_make_loading_run_code(tiny_run, tmp_path, monkeypat
         checkpoint.load(tmp_path / "dot.pt")
 
 
+@pytest.mark.parametrize("where", ["attention", "model"])
+def test_a_checkpoint_cannot_make_loading_run_code_through_an_interpolation(tiny_run, tmp_path, monkeypatch, where):
+    """A plain-looking string setting ``"${x}"`` passed the attention check, and Hydra's ``instantiate`` then
+    resolved it to a top-level node ``x`` and built whatever that named (found by a review: it created a file)."""
+    import torch
+
+    from nmt.checkpoint import CheckpointError
+
+    monkeypatch.chdir(tmp_path)
+    payload = torch.load(tiny_run / "checkpoints" / "best.pt", weights_only=True)
+    payload["config"]["x"] = {"_target_": "pathlib.Path.touch", "_args_": [{"_target_": "pathlib.Path",
+                                                                           "_args_": [str(tmp_path / "PWNED")]}]}
+    if where == "attention":
+        payload["config"]["attention"]["scaled"] = "${x}"
+    else:
+        payload["config"]["model"]["dropout"] = "${oc.env:HOME}"
+    torch.save(payload, tmp_path / "evil.pt")
+    with pytest.raises(CheckpointError, match=rf"evil\.pt: refused: config\.{where}\.\w+ holds the interpolation"):
+        checkpoint.load(tmp_path / "evil.pt")
+    assert not (tmp_path / "PWNED").exists()
+
+
 def test_translate_with_a_missing_checkpoint_says_so_in_one_line(repo_root, tmp_path):
     (tmp_path / "in.de").write_text("Ein Hund.\n", encoding="utf-8")
     proc = run_script([str(repo_root / "translate.py"), f"checkpoint={tmp_path}/nope.pt", "input=in.de",
