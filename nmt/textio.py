@@ -27,16 +27,24 @@ def read_lines(path: str | Path, key: str | None = None) -> list[str]:
         one string per line; a final line without ``\\n`` counts, a file ending in ``\\n`` has no extra empty line.
 
     Raises:
-        FileNotFoundError: naming the path.
-        TextFileError: for bytes that are not UTF-8, naming the file, the 1-based line number and the byte.
+        FileNotFoundError: naming the path (a folder is not a file; a pipe such as ``<(zcat f.gz)`` or
+            ``/dev/stdin`` is read like a file).
+        TextFileError: for bytes that are not UTF-8, naming the file, the 1-based line number and the byte, and for
+            a ``.gz`` file that does not decompress.
     """
     if str(path) == "-":
         data = sys.stdin.buffer.read()
     else:
         path = Path(path)
-        if not path.is_file():
+        if not path.exists() or path.is_dir():
             raise FileNotFoundError(f"{key}={path}: file not found" if key else f"file not found: {path}")
-        data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        data = path.read_bytes()
+        if path.suffix == ".gz":
+            try:
+                data = gzip.decompress(data)
+            except (OSError, EOFError) as err:  # gzip.BadGzipFile is an OSError; a truncated file is an EOFError
+                raise TextFileError(f"{path}: not a readable gzip file ({err}); check the file, or drop the .gz "
+                                    "suffix if it is plain text") from None
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     raw_lines = data.split(b"\n")
@@ -58,14 +66,22 @@ def read_lines(path: str | Path, key: str | None = None) -> list[str]:
 
 def atomic_write(path: str | Path, data: str | bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same folder, fsync and rename, so that a
-    reader (or a crash) never sees a half-written file. ``-`` writes text to stdout."""
+    reader (or a crash) never sees a half-written file. ``-`` writes text to stdout.
+
+    A symbolic link is followed (the file it points to is replaced, the link stays); something that exists but
+    is not a regular file (``/dev/null``, ``/dev/stdout``, a named pipe) is written to directly, never replaced.
+    """
     if str(path) == "-":
         sys.stdout.write(data if isinstance(data, str) else data.decode("utf-8"))
         sys.stdout.flush()
         return
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     payload = data.encode("utf-8") if isinstance(data, str) else data
+    path = Path(os.path.realpath(path))
+    if path.exists() and not path.is_file():
+        with open(path, "wb") as handle:
+            handle.write(payload)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     umask = os.umask(0)
     os.umask(umask)

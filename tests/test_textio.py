@@ -108,3 +108,53 @@ def test_atomic_write_gives_the_mode_open_would(tmp_path):
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "out.txt").stat().st_mode) == 0o644
+
+
+def test_gzip_that_does_not_decompress_is_a_text_file_error(tmp_path):
+    truncated = tmp_path / "cut.txt.gz"
+    whole = gzip.compress(b"eins\nzwei\n" * 100)
+    truncated.write_bytes(whole[: len(whole) - 10])  # the stream's end is missing
+    not_gzip = tmp_path / "plain.txt.gz"
+    not_gzip.write_bytes(b"eins\nzwei\n")
+    for path in (truncated, not_gzip):
+        with pytest.raises(TextFileError, match=rf"{path.name}: not a readable gzip file"):
+            read_lines(path)
+
+
+def test_folder_is_not_a_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="input=.*file not found"):
+        read_lines(tmp_path, key="input")
+
+
+def test_named_pipe_is_read_and_written_not_replaced(tmp_path):
+    """A FIFO (what ``input=<(zcat f.gz)`` or ``output=>(gzip > f.gz)`` hands over) is read or written through;
+    atomic_write used to rename a regular file over it, so its reader waited forever."""
+    import os
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()))
+    reader.start()
+    atomic_write(fifo, "eins\nzwei\n")
+    reader.join(timeout=10)
+    assert received == [b"eins\nzwei\n"]
+    assert fifo.is_fifo()  # still the pipe
+
+    writer = threading.Thread(target=lambda: fifo.write_bytes(b"drei\n"))
+    writer.start()
+    assert read_lines(fifo) == ["drei"]
+    writer.join(timeout=10)
+
+
+def test_atomic_write_follows_a_symlink(tmp_path):
+    target = tmp_path / "real" / "out.txt"
+    target.parent.mkdir()
+    target.write_text("old\n")
+    link = tmp_path / "link.txt"
+    link.symlink_to(target)
+    atomic_write(link, "new\n")
+    assert link.is_symlink()
+    assert target.read_text() == "new\n"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["out.txt"]  # no temp file left beside the target
