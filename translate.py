@@ -83,7 +83,13 @@ def run(cfg: DictConfig) -> None:
             plot_npz(cfg.alignments, [i for i in range(min(cfg.plot_first, len(results))) if results[i].text],
                      cfg.plots)
     if references is not None:
-        print(json.dumps(score([t.text for t in results], references), indent=2), file=sys.stderr)
+        # the hypotheses are in the training convention (data.normalize): score them against references in it
+        # too, as the final evaluation of training does
+        target = Normalizer.from_config(model_cfg.data.get("normalize"), model_cfg.data.tgt_lang)
+        scores = score([t.text for t in results], target.lines(references))
+        if target.active:
+            scores["references_normalized"] = dict(model_cfg.data.normalize)
+        print(json.dumps(scores, indent=2), file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import pytest
 from nmt import checkpoint
 from nmt.align import UsageError, combined_links, force_align, links, main, parse_args, sharpen
 from nmt.alignment import combine_directions, hard_alignment, merge_to_words, pharaoh_line, symmetrize
-from nmt.evaluate import EMPTY, Translation, save_alignments, translate
+from nmt.evaluate import EMPTY, Translation, save_alignments, score, translate
 from nmt.textio import read_lines
 from nmt.training import train
 
@@ -347,6 +347,17 @@ def test_lowercase_auto_for_a_model_trained_on_lowercased_text(compose_cfg, tmp_
                         "device=cpu", "threads=1"], check=True, capture_output=True, timeout=300, cwd=REPO)
         outputs.append((tmp_path / f"{name}.hyp").read_text(encoding="utf-8"))
     assert outputs[0] == outputs[1] and len(outputs[0].splitlines()) == 6
+    # ... and scores against references normalized the same way (as training's final evaluation does): the
+    # hypotheses themselves, upper-cased, score as the hypotheses do against themselves
+    assert any(c.isalpha() for c in outputs[0])
+    (tmp_path / "upper.ref").write_text(outputs[0].upper(), encoding="utf-8")
+    proc = subprocess.run([sys.executable, str(REPO / "translate.py"), f"checkpoint={path}",
+                           f"input={tmp_path / 'lower.txt'}", f"output={tmp_path / 'again.hyp'}", "beam_size=1",
+                           f"reference={tmp_path / 'upper.ref'}", "device=cpu", "threads=1"],
+                          check=True, capture_output=True, text=True, timeout=300, cwd=REPO)
+    scores = json.loads(proc.stderr[proc.stderr.index("{"):])
+    assert scores["bleu"] == score(outputs[0].splitlines(), outputs[0].splitlines())["bleu"]
+    assert scores["references_normalized"]["lowercase"] is True
 
 
 # ------------------------------------------------------------------------------------------ soft symmetrization
