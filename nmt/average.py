@@ -107,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--best", type=int, help="average the K best step checkpoints of a run (validation BLEU)")
     group.add_argument("--last", type=int, help="average the K most recent step checkpoints of a run")
     args = parser.parse_args(argv)
+    for name in ("best", "last"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error(f"--{name} takes a number of checkpoints, at least 1 (got {getattr(args, name)})")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         if args.best or args.last:

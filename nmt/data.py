@@ -107,8 +107,9 @@ def load_splits(data_cfg) -> dict[str, Parallel]:
             src, tgt = data_cfg.get(f"{split}_src"), data_cfg.get(f"{split}_tgt")
             if src and tgt:
                 splits[split] = read_parallel(split, src, tgt)
-            elif split != "test":
-                raise DataError(f"data=files needs data.{split}_src and data.{split}_tgt (paths to text files)")
+            elif split != "test" or src or tgt:  # a test split is optional, half of one is a mistake
+                raise DataError(f"data=files needs data.{split}_src and data.{split}_tgt (paths to text files)"
+                                + (f"; only data.{split}_{'src' if src else 'tgt'} is set" if src or tgt else ""))
     elif data_cfg.kind == "bitext":
         pairs = read_table(data_cfg.file, data_cfg.columns, data_cfg.src_lang, data_cfg.tgt_lang,
                            data_cfg.get("separator") or "\t")

@@ -82,6 +82,11 @@ def test_command_line(three_checkpoints, tmp_path, capsys):
     torch.testing.assert_close(payload["model"][key], (states[0][key] + states[1][key]) / 2)
     assert main([str(tmp_path / "missing.pt"), "--out", str(tmp_path / "b.pt")]) == 1
     assert "missing.pt" in capsys.readouterr().err
+    for bad in (["--best", "0"], ["--last", "-2"]):  # -2 used to average all but the two oldest
+        with pytest.raises(SystemExit) as info:
+            main([str(tmp_path), "--out", str(tmp_path / "c.pt"), *bad])
+        assert info.value.code == 2 and "at least 1" in capsys.readouterr().err
+    assert not (tmp_path / "c.pt").exists()
 
 
 def test_training_keeps_the_k_best_and_evaluates_the_average_when_it_is_no_worse(compose_cfg, tmp_path):

@@ -144,6 +144,9 @@ def test_data_files(tmp_path, compose_cfg):
     no_valid = [o for o in overrides if not o.startswith("data.valid_src")]
     with pytest.raises(DataError, match="data.valid_src"):
         load_splits(compose_cfg(no_valid).data)
+    half_test = [o for o in overrides if not o.startswith("data.test_tgt")]  # a test split is optional, half is not
+    with pytest.raises(DataError, match="data.test_src and data.test_tgt.*only data.test_src is set"):
+        load_splits(compose_cfg(half_test).data)
 
 
 def test_data_files_missing_file_named(tmp_path, compose_cfg):
