@@ -46,22 +46,28 @@ def words_from_pieces(pieces: list[str]) -> list[int]:
     """Word index of each sentencepiece piece; ``-1`` for special tokens.
 
     A piece starting with "▁" starts a new word; the first (non-special) piece always starts word 0; every
-    other piece (including byte-fallback pieces such as ``"<0xC3>"``) continues the current word.
+    other piece (including byte-fallback pieces such as ``"<0xC3>"``) continues the current word. A bare "▁"
+    that nothing continues (the next non-special piece starts with "▁", or there is none) is only a space: it
+    starts no word and joins the word around it, so the words counted here are the whitespace-separated words
+    of the decoded text (:meth:`nmt.tokenizer.Tokenizer.decode` collapses such spaces).
     ``</s>``, ``<s>`` and ``<pad>`` get ``-1`` (excluded from words).
 
     Args:
         pieces: ``[num_pieces]`` sentencepiece pieces, e.g. ``["▁Ein", "▁Mann", "s", "</s>"]``.
     Returns:
-        ``[num_pieces]`` word indices, e.g. ``[0, 1, 1, -1]``.
+        ``[num_pieces]`` word indices, e.g. ``[0, 1, 1, -1]``; ``["▁Ein", "▁", "▁Mann"]`` gives ``[0, 0, 1]``.
     """
-    word, out = -1, []
+    real = [piece for piece in pieces if piece not in SPECIAL_TOKENS]
+    word, k, out = -1, 0, []
     for piece in pieces:
         if piece in SPECIAL_TOKENS:
             out.append(-1)
             continue
-        if word < 0 or piece.startswith(WORD_START):
+        space_only = piece == WORD_START and (k + 1 == len(real) or real[k + 1].startswith(WORD_START))
+        k += 1
+        if not space_only and (word < 0 or piece.startswith(WORD_START)):
             word += 1
-        out.append(word)
+        out.append(max(word, 0))
     return out
 
 

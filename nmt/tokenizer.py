@@ -12,6 +12,7 @@ off) is decoded to the surface string `` ⁇ `` (SentencePiece's own convention)
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import sentencepiece as spm
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
+_SPACES = re.compile(" {2,}")
 
 
 def train_spm(
@@ -193,8 +195,11 @@ class Tokenizer:
         return [head + sentence + [EOS_ID] for sentence in ids]
 
     def decode(self, ids: Iterable[int]) -> str:
-        """Ids -> detokenized text; pad/bos/eos ids are dropped, byte pieces are joined into characters."""
-        return self.sp.decode(self._spm_ids(i for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)))
+        """Ids -> detokenized text; pad/bos/eos ids are dropped, byte pieces are joined into characters, and the
+        spaces of bare "▁" pieces that nothing continues are collapsed (a generated ``["▁Ein", "▁", "▁Mann", "▁"]``
+        reads "Ein Mann", two words, as :func:`nmt.alignment.words_from_pieces` counts them)."""
+        text = self.sp.decode(self._spm_ids(i for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)))
+        return _SPACES.sub(" ", text).strip(" ")
 
     def pieces(self, ids: Iterable[int]) -> list[str]:
         """Ids -> piece strings (``"▁Ein"``, ``"</s>"``), the labels used for alignment matrices and plots."""

@@ -88,3 +88,10 @@ def test_errors():
         hard_alignment(np.eye(2), method="intersect")
     with pytest.raises(ValueError, match=r"\(3, 4\).*\(4, 4\)"):
         merge_to_words(MATRIX[:3], SRC, HYP)
+
+
+def test_a_bare_marker_that_nothing_continues_is_only_a_space():
+    assert words_from_pieces(["▁Ein", "▁Mann", "▁", "</s>"]) == [0, 1, 1, -1]
+    assert words_from_pieces(["▁Ein", "▁", "▁", "▁Mann"]) == [0, 0, 0, 1]
+    assert words_from_pieces(["▁", "▁Mann", "s"]) == [0, 0, 0]
+    assert words_from_pieces(["▁Ein", "▁", "(", "a", "▁b"]) == [0, 1, 1, 1, 2]  # continued: a word start

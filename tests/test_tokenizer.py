@@ -175,3 +175,16 @@ def test_restricted_vocabulary_travels_in_checkpoints(tokenizer, small_splits, c
     _, _, src2, tgt2, _ = checkpoint.load(tmp_path / "m.pt")
     assert (src2.vocab, tgt2.vocab) == (src_tok.vocab, tgt_tok.vocab)
     assert tgt2.encode("Two dogs play.") == tgt_tok.encode("Two dogs play.")
+
+
+def test_bare_word_marker_pieces_decode_to_the_words_alignment_counts(tokenizer):
+    """A model can generate a bare "▁" that nothing continues; its text has no stray spaces and as many words as
+    the word-level alignment rows (nmt.alignment.words_from_pieces), so eval/*.align indices match the .hyp."""
+    from nmt.alignment import words_from_pieces
+
+    space, ein, mann = (tokenizer.piece_to_id(p) for p in ("\u2581", "\u2581Ein", "\u2581Mann"))
+    assert UNK_ID not in (space, ein, mann)
+    for ids in ([ein, mann, space, EOS_ID], [ein, space, space, mann], [space, ein, mann], [space, mann, space]):
+        text = tokenizer.decode(ids)
+        assert text == " ".join(text.split()) and text.split() in (["Ein", "Mann"], ["Mann"])
+        assert max(words_from_pieces(tokenizer.pieces(ids))) + 1 == len(text.split())
