@@ -4,9 +4,9 @@ import json
 import logging
 import sys
 import time
+from pathlib import Path
 
 import hydra
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from nmt import checkpoint
@@ -45,8 +45,7 @@ def run(cfg: DictConfig) -> None:
             all found before anything is translated or written.
     """
     checkpoint.absolute_paths(cfg, checkpoint.TRANSLATE_PATHS)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    checkpoint.set_threads(cfg.threads)
     device = checkpoint.pick_device(cfg.device)
     sentences = read_lines(cfg.input, key="input")
     references = read_lines(cfg.reference, key="reference") if cfg.reference else None
@@ -55,8 +54,16 @@ def run(cfg: DictConfig) -> None:
                          "reference= needs one reference line per input line")
     if cfg.alignments:
         check_npz_path(cfg.alignments)
-    beam_size, n_best = cfg.beam_size or cfg.decode.beam_size, cfg.decode.n_best
+    beam_size, n_best = cfg.beam_size if cfg.beam_size is not None else cfg.decode.beam_size, cfg.decode.n_best
+    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
+        key = "beam_size" if cfg.beam_size is not None else "decode.beam_size"
+        raise ValueError(f"{key}={beam_size} must be a whole number >= 1 (1 = greedy search)")
     check_n_best(n_best, beam_size)
+    for key in ("output", "nbest"):
+        if cfg[key] and cfg[key] != "-" and Path(cfg[key]).is_dir():
+            raise ValueError(f"{key}={cfg[key]} is a folder: give a file name for the {key}")
+    if cfg.plots and not cfg.alignments:
+        raise ValueError(f"plots={cfg.plots} draws the alignments: add alignments=FILE.npz")
     if n_best > 1 and not cfg.nbest:
         raise ValueError(f"decode.n_best={n_best} needs nbest=FILE for the n-best list (output= keeps the best "
                          "translation of each line)")

@@ -95,6 +95,19 @@ def pick_device(name: str) -> torch.device:
     return device
 
 
+def set_threads(threads) -> None:
+    """``threads=N``: torch's intra-op CPU threads; null leaves torch's default (all cores).
+
+    Raises:
+        ValueError: naming ``threads=`` for anything but null or a whole number >= 1.
+    """
+    if threads is None:
+        return
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads={threads} must be a whole number of CPU threads >= 1 (or null: all cores)")
+    torch.set_num_threads(threads)
+
+
 def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq:
     """Instantiate the model described by ``cfg.model``, ``cfg.decoder`` and ``cfg.attention``.
 

@@ -70,8 +70,8 @@ def resume_from(path, cfg, run_dir: Path, device):
             f"the run's checkpoints/last.pt (or best.pt), or start a new run")
     for key in FROM_CHECKPOINT:
         if changed := checkpoint.differences(ckpt_cfg.get(key), cfg.get(key), key):
-            log.warning("resuming %s: %s comes from the checkpoint, not from the command line: %s", path, key,
-                        "; ".join(f"{name}={before} (command line: {now})" for name, before, now in changed))
+            log.warning("resuming %s: %s comes from the checkpoint, not from this run's settings: %s", path, key,
+                        "; ".join(f"{name}={before} (this run: {now})" for name, before, now in changed))
     for key in SCHEDULE_KEYS.get(ckpt_cfg.train.get("lr_scheduler"), SCHEDULE_KEYS["budget"]):
         before, now = ckpt_cfg.train.get(key), cfg.train.get(key)
         if before != now:

@@ -36,7 +36,9 @@ def read_lines(path: str | Path, key: str | None = None) -> list[str]:
         data = sys.stdin.buffer.read()
     else:
         path = Path(path)
-        if not path.exists() or path.is_dir():
+        if path.is_dir():
+            raise FileNotFoundError(f"{key}={path} is a folder, not a file" if key else f"{path} is a folder, not a file")
+        if not path.exists():
             raise FileNotFoundError(f"{key}={path}: file not found" if key else f"file not found: {path}")
         data = path.read_bytes()
         if path.suffix == ".gz":

@@ -93,8 +93,7 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = ()) -> dict:
     run_dir = Path(run_dir)
     check_schedule(cfg.train)  # before the corpus and tokenizers: a bad setting fails at once
     torch.manual_seed(cfg.seed)
-    if cfg.get("threads"):
-        torch.set_num_threads(cfg.threads)
+    checkpoint.set_threads(cfg.get("threads"))
     device = checkpoint.pick_device(cfg.device)
     cfg, splits, model, toks, payload = start_or_resume(cfg, run_dir, device)
     train_pairs, epoch_pairs = training_pairs(cfg, splits["train"], toks)

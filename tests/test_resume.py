@@ -72,8 +72,8 @@ def test_resume_keeps_the_checkpoints_architecture_whatever_the_command_line_say
         results = train(compose_cfg([*TINY, f"train.max_steps={2 * N}", "attention=dot", "decoder.style=bahdanau",
                                      f"train.resume={first}/checkpoints/last.pt"]), resumed)
     # the warning names only what differs; the run folder's .hydra/config.yaml is rewritten to the model trained
-    assert ("attention comes from the checkpoint, not from the command line: attention._target_="
-            "nmt.attention.Additive (command line: nmt.attention.Dot)") in caplog.text
+    assert ("attention comes from the checkpoint, not from this run's settings: attention._target_="
+            "nmt.attention.Additive (this run: nmt.attention.Dot)") in caplog.text
     assert "data comes from the checkpoint" not in caplog.text and "tokenizer comes" not in caplog.text
     assert "train.max_steps was" not in caplog.text  # the plateau schedule does not depend on the step budget
     (resumed / ".hydra").mkdir()

@@ -274,6 +274,32 @@ def test_translate_refuses_an_alignments_path_without_npz_before_translating(rep
     assert not (tmp_path / "out.en").exists()
 
 
+@pytest.mark.parametrize("args, message", [
+    (["beam_size=0"], "beam_size=0 must be a whole number >= 1 (1 = greedy search)"),  # was silently beam 5
+    (["decode.beam_size=-1"], "decode.beam_size=-1 must be a whole number >= 1 (1 = greedy search)"),
+    (["output=sub"], "output={tmp}/sub is a folder: give a file name for the output"),  # was a traceback at the end
+    (["plots=pics"], "plots={tmp}/pics draws the alignments: add alignments=FILE.npz"),  # was silently nothing
+    (["threads=0"], "threads=0 must be a whole number of CPU threads >= 1 (or null: all cores)"),
+    (["input=sub"], "input={tmp}/sub is a folder, not a file"),
+])
+def test_translate_refuses_bad_settings_in_one_line_before_translating(repo_root, tmp_path, args, message):
+    (tmp_path / "in.de").write_text("Ein Hund.\n", encoding="utf-8")
+    (tmp_path / "sub").mkdir()
+    proc = run_script([str(repo_root / "translate.py"), "checkpoint=nope.pt", "input=in.de", "output=out.en", *args],
+                      tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.decode().strip() == "translate.py: error: " + message.format(tmp=tmp_path)
+    assert not (tmp_path / "out.en").exists()
+
+
+def test_a_bad_threads_setting_is_named():
+    from nmt.checkpoint import set_threads
+
+    for bad in ("abc", 0, -2, 1.5, True):
+        with pytest.raises(ValueError, match=rf"threads={bad} must be a whole number"):
+            set_threads(bad)
+
+
 def test_save_alignments_puts_the_tokens_beside_the_npz(loaded, compose_cfg, tmp_path):
     from nmt.evaluate import save_alignments
 

@@ -122,7 +122,7 @@ def test_gzip_that_does_not_decompress_is_a_text_file_error(tmp_path):
 
 
 def test_folder_is_not_a_file(tmp_path):
-    with pytest.raises(FileNotFoundError, match="input=.*file not found"):
+    with pytest.raises(FileNotFoundError, match="input=.* is a folder, not a file"):
         read_lines(tmp_path, key="input")
 
 
