@@ -10,7 +10,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from nmt import checkpoint
-from nmt.evaluate import check_n_best, check_npz_path, nbest_lines, save_alignments, score, translate_nbest
+from nmt.evaluate import check_decoding, check_npz_path, nbest_lines, save_alignments, score, translate_nbest
 from nmt.normalize import Normalizer
 from nmt.plot import plot_npz
 from nmt.textio import TextFileError, atomic_write, read_lines
@@ -40,35 +40,19 @@ def run(cfg: DictConfig) -> None:
     Raises:
         FileNotFoundError, nmt.checkpoint.CheckpointError, nmt.textio.TextFileError: a missing or unusable
             checkpoint, input or reference file (the message names it).
-        ValueError: a reference with another line count than the input, an ``alignments=`` path without
-            ``.npz``, ``decode.n_best`` above the beam size or without ``nbest=``, or an unusable ``device=``;
-            all found before anything is translated or written.
+        ValueError: a reference with another line count than the input, a decoding or output setting that
+            :func:`check_outputs` refuses, or an unusable ``device=`` or ``threads=``; all found before anything
+            is translated or written.
     """
     checkpoint.absolute_paths(cfg, checkpoint.TRANSLATE_PATHS)
     checkpoint.set_threads(cfg.threads)
     device = checkpoint.pick_device(cfg.device)
+    beam_size, n_best = check_outputs(cfg)
     sentences = read_lines(cfg.input, key="input")
     references = read_lines(cfg.reference, key="reference") if cfg.reference else None
     if references is not None and len(references) != len(sentences):  # found before any translating
         raise ValueError(f"{cfg.reference} has {len(references)} lines but {cfg.input} has {len(sentences)}: "
                          "reference= needs one reference line per input line")
-    if cfg.alignments:
-        check_npz_path(cfg.alignments)
-    beam_size, n_best = cfg.beam_size if cfg.beam_size is not None else cfg.decode.beam_size, cfg.decode.n_best
-    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
-        key = "beam_size" if cfg.beam_size is not None else "decode.beam_size"
-        raise ValueError(f"{key}={beam_size} must be a whole number >= 1 (1 = greedy search)")
-    check_n_best(n_best, beam_size)
-    for key in ("output", "nbest"):
-        if cfg[key] and cfg[key] != "-" and Path(cfg[key]).is_dir():
-            raise ValueError(f"{key}={cfg[key]} is a folder: give a file name for the {key}")
-    if cfg.plots and not cfg.alignments:
-        raise ValueError(f"plots={cfg.plots} draws the alignments: add alignments=FILE.npz")
-    if n_best > 1 and not cfg.nbest:
-        raise ValueError(f"decode.n_best={n_best} needs nbest=FILE for the n-best list (output= keeps the best "
-                         "translation of each line)")
-    if cfg.nbest == "-" and cfg.output == "-":
-        raise ValueError("nbest=- and output=- would both write to stdout: give one of them a file")
     loading = time.perf_counter()
     model, model_cfg, src_tok, tgt_tok, _ = checkpoint.load(cfg.checkpoint, device)
     loading = time.perf_counter() - loading
@@ -97,6 +81,27 @@ def run(cfg: DictConfig) -> None:
         if target.active:
             scores["references_normalized"] = dict(model_cfg.data.normalize)
         print(json.dumps(scores, indent=2), file=sys.stderr)
+
+
+def check_outputs(cfg: DictConfig) -> tuple[int, int]:
+    """The beam size and n-best size to decode with, after checking the decoding and output settings together
+    (before any work). Raises ValueError naming the setting."""
+    beam_key = "beam_size" if cfg.beam_size is not None else "decode.beam_size"
+    beam_size, n_best = cfg.beam_size if cfg.beam_size is not None else cfg.decode.beam_size, cfg.decode.n_best
+    check_decoding(beam_size, n_best, beam_key)
+    if n_best > 1 and not cfg.nbest:
+        raise ValueError(f"decode.n_best={n_best} needs nbest=FILE for the n-best list (output= keeps the best "
+                         "translation of each line)")
+    if cfg.nbest == "-" and cfg.output == "-":
+        raise ValueError("nbest=- and output=- would both write to stdout: give one of them a file")
+    for key in ("output", "nbest"):
+        if cfg[key] and cfg[key] != "-" and Path(cfg[key]).is_dir():
+            raise ValueError(f"{key}={cfg[key]} is a folder: give a file name for the {key}")
+    if cfg.alignments:
+        check_npz_path(cfg.alignments)
+    if cfg.plots and not cfg.alignments:
+        raise ValueError(f"plots={cfg.plots} draws the alignments: add alignments=FILE.npz")
+    return beam_size, n_best
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 from hydra.utils import instantiate, to_absolute_path
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from nmt import attention
 from nmt.model import Decoder, Encoder, Seq2Seq
@@ -28,25 +28,26 @@ class CheckpointError(ValueError):
 
 
 TRAIN_PATHS = ("data.dir", "data.file", "data.train_src", "data.train_tgt", "data.valid_src", "data.valid_tgt",
-               "data.test_src", "data.test_tgt", "train.resume")  # and the files of data.extra_train
+               "data.test_src", "data.test_tgt", "data.extra_train", "train.resume")
 TRANSLATE_PATHS = ("checkpoint", "input", "output", "alignments", "reference", "plots", "nbest")
 
 
 def absolute_paths(cfg: DictConfig, keys: tuple[str, ...]) -> None:
     """Make the relative paths at the dotted ``keys`` absolute, against the directory the command was run from
-    (Hydra's original working directory), so they stay right whatever ``hydra.job.chdir`` is. ``-`` (stdin or
-    stdout), null and absent keys are left alone."""
+    (Hydra's original working directory), so they stay right whatever ``hydra.job.chdir`` is. A list
+    (``data.extra_train``) has the files of its entries made absolute. ``-`` (stdin or stdout), null and absent
+    keys are left alone."""
     for key in keys:
         value = OmegaConf.select(cfg, key)
-        if value and value != "-":
+        if isinstance(value, ListConfig):  # data.extra_train: entries {paths: {LANG: FILE}} or {tsv: FILE}
+            for entry in (e for e in value if isinstance(e, DictConfig)):  # a malformed one: read_extra says so
+                if entry.get("tsv"):
+                    entry.tsv = to_absolute_path(str(entry.tsv))
+                if isinstance(entry.get("paths"), DictConfig):
+                    for lang, path in entry.paths.items():
+                        entry.paths[lang] = to_absolute_path(str(path))
+        elif value and value != "-":
             OmegaConf.update(cfg, key, to_absolute_path(str(value)))
-    if "data.dir" in keys:  # training: the files of data.extra_train entries ({paths: {LANG: FILE}} or {tsv: FILE})
-        for extra in OmegaConf.select(cfg, "data.extra_train") or []:
-            if isinstance(extra, DictConfig) and extra.get("tsv"):
-                extra.tsv = to_absolute_path(str(extra.tsv))
-            if isinstance(extra, DictConfig) and isinstance(extra.get("paths"), DictConfig):
-                for lang, path in extra.paths.items():
-                    extra.paths[lang] = to_absolute_path(str(path))
 
 
 def adopt(cfg: DictConfig, source: DictConfig, keys: tuple[str, ...]) -> DictConfig:

@@ -59,8 +59,11 @@ def translate(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sentences: list[str
     return [nbest[0] for nbest in translate_nbest(model, src_tok, tgt_tok, sentences, decode, device, beam_size)]
 
 
-def check_n_best(n_best: int, beam_size: int) -> None:
-    """Raises ValueError unless ``1 <= n_best <= beam_size`` (a beam of K keeps K hypotheses)."""
+def check_decoding(beam_size, n_best: int = 1, key: str = "decode.beam_size") -> None:
+    """Raises ValueError unless ``beam_size`` (the setting ``key``) is a whole number >= 1 and
+    ``1 <= n_best <= beam_size`` (a beam of K keeps K hypotheses)."""
+    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"{key}={beam_size} must be a whole number >= 1 (1 = greedy search)")
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"decode.n_best={n_best} must be between 1 and the beam size ({beam_size}): a beam of K "
                          "keeps K hypotheses; raise beam_size")
@@ -73,10 +76,12 @@ def translate_nbest(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sentences: li
     alignment and scores). An empty input line gets one empty translation.
 
     Raises:
-        ValueError: when ``n_best`` is not in ``[1, beam size]`` (greedy search has one hypothesis).
+        ValueError: when the beam size is below 1 or ``n_best`` is not in ``[1, beam size]`` (greedy search has
+            one hypothesis).
     """
-    beam_size = beam_size or decode.beam_size
-    check_n_best(n_best, beam_size)
+    check_decoding(decode.beam_size if beam_size is None else beam_size, n_best,
+                   "decode.beam_size" if beam_size is None else "beam_size")
+    beam_size = decode.beam_size if beam_size is None else beam_size
     model.eval()
     results: list[list[Translation]] = [[EMPTY]] * len(sentences)
     todo = [i for i, s in enumerate(sentences) if s.strip()]

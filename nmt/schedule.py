@@ -98,12 +98,12 @@ FUSED_ADAM_ON_CPU = tuple(int(x) for x in torch.__version__.split("+")[0].split(
 
 
 def make_optimizer(model, cfg):
-    """Adam (PyTorch's fused kernel: one pass over all parameters) and the configured learning-rate schedule:
+    """Adam (PyTorch's fused kernel, one pass over all parameters, where torch has it) and the configured learning-rate schedule:
     ``plateau`` (multiply by lr_factor when validation BLEU stops rising), ``budget`` (:class:`BudgetDecay`,
     linear decay over max_minutes / max_steps) or ``constant``. Raises ValueError for another name."""
     # the fused kernel runs on CPU from torch 2.4 (and on CUDA before); older versions get the multi-tensor one
-    fused = FUSED_ADAM_ON_CPU or all(p.is_cuda for p in model.parameters())
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, fused=fused or None, foreach=None if fused else True)
+    kernel = "fused" if FUSED_ADAM_ON_CPU or all(p.is_cuda for p in model.parameters()) else "foreach"
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, **{kernel: True})
     if cfg.train.lr_scheduler == "plateau":
         scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
             optimizer, mode="max", factor=cfg.train.lr_factor, patience=cfg.train.lr_patience,

@@ -37,7 +37,7 @@ def read_lines(path: str | Path, key: str | None = None) -> list[str]:
     else:
         path = Path(path)
         if path.is_dir():
-            raise FileNotFoundError(f"{key}={path} is a folder, not a file" if key else f"{path} is a folder, not a file")
+            raise FileNotFoundError(f"{f'{key}=' if key else ''}{path} is a folder, not a file")
         if not path.exists():
             raise FileNotFoundError(f"{key}={path}: file not found" if key else f"file not found: {path}")
         data = path.read_bytes()
