@@ -13,7 +13,7 @@ from nmt import checkpoint
 from nmt.evaluate import check_decoding, check_npz_path, nbest_lines, save_alignments, score, translate_nbest
 from nmt.normalize import Normalizer
 from nmt.plot import plot_npz
-from nmt.textio import TextFileError, atomic_write, read_lines
+from nmt.textio import TextFileError, atomic_write, check_writable, read_lines
 
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
 log = logging.getLogger("translate")
@@ -23,14 +23,15 @@ log = logging.getLogger("translate")
 def main(cfg: DictConfig) -> None:
     """Load the checkpoint, translate every input line (one output line each), save what was asked.
 
-    A missing or unreadable checkpoint or input file, or a reference with another line count, ends the run with
-    one ``error:`` line naming the file (exit status 1) instead of a traceback; so does a required key left out."""
+    A missing or unreadable checkpoint or input file, an output that cannot be written, or a reference with
+    another line count, ends the run with one ``error:`` line naming the file (exit status 1) instead of a
+    traceback; so does a required key left out."""
     if missing := sorted(OmegaConf.missing_keys(cfg)):
         sys.exit(f"translate.py: error: missing {', '.join(k + '=...' for k in missing)}; usage: "
                  "python translate.py checkpoint=PATH input=FILE output=FILE (see conf/translate.yaml)")
     try:
         run(cfg)
-    except (FileNotFoundError, checkpoint.CheckpointError, TextFileError, ValueError) as err:
+    except (OSError, checkpoint.CheckpointError, TextFileError, ValueError) as err:  # OSError: not found, no access
         sys.exit(f"translate.py: error: {err}")
 
 
@@ -54,7 +55,8 @@ def run(cfg: DictConfig) -> None:
         raise ValueError(f"{cfg.reference} has {len(references)} lines but {cfg.input} has {len(sentences)}: "
                          "reference= needs one reference line per input line")
     loading = time.perf_counter()
-    model, model_cfg, src_tok, tgt_tok, _ = checkpoint.load(cfg.checkpoint, device)
+    path = checkpoint.run_model(cfg.checkpoint)  # a run folder: the model its final evaluation scored
+    model, model_cfg, src_tok, tgt_tok, _ = checkpoint.load(path, device)
     loading = time.perf_counter() - loading
     # a model trained on normalized text (data.normalize, e.g. the alignment presets) sees its input the same way
     sentences = Normalizer.from_config(model_cfg.data.get("normalize"), model_cfg.data.src_lang).lines(sentences)
@@ -65,9 +67,9 @@ def run(cfg: DictConfig) -> None:
     atomic_write(cfg.output, "".join(t.text + "\n" for t in results))
     if cfg.nbest:
         atomic_write(cfg.nbest, nbest_lines(nbest))
-    log.info("translated %d lines (%d empty) in %.1f s (%.1f sentences/s; model loaded in %.1f s), beam size %d: %s",
-             len(results), sum(not s.strip() for s in sentences), seconds, len(results) / max(seconds, 1e-9),
-             loading, beam_size, "stdout" if cfg.output == "-" else cfg.output)
+    log.info("translated %d lines (%d empty) in %.1f s (%.1f sentences/s; %s loaded in %.1f s), beam size %d: %s",
+             len(results), sum(not t.src_pieces for t in results), seconds, len(results) / max(seconds, 1e-9),
+             path, loading, beam_size, "stdout" if cfg.output == "-" else cfg.output)
     if cfg.alignments:
         save_alignments(cfg.alignments, results)
         if cfg.plots:
@@ -88,12 +90,14 @@ def check_outputs(cfg: DictConfig) -> tuple[int, int]:
     (before any work). Raises ValueError naming the setting."""
     beam_key = "beam_size" if cfg.beam_size is not None else "decode.beam_size"
     beam_size, n_best = cfg.beam_size if cfg.beam_size is not None else cfg.decode.beam_size, cfg.decode.n_best
-    check_decoding(beam_size, n_best, beam_key)
+    check_decoding(beam_size, n_best, beam_key, cfg.decode)
     if n_best > 1 and not cfg.nbest:
         raise ValueError(f"decode.n_best={n_best} needs nbest=FILE for the n-best list (output= keeps the best "
                          "translation of each line)")
     if cfg.nbest == "-" and cfg.output == "-":
         raise ValueError("nbest=- and output=- would both write to stdout: give one of them a file")
+    if cfg.input == "-" and cfg.reference == "-":
+        raise ValueError("input=- and reference=- would both read stdin: give the reference as a file")
     for key in ("output", "nbest"):
         if cfg[key] and cfg[key] != "-" and Path(cfg[key]).is_dir():
             raise ValueError(f"{key}={cfg[key]} is a folder: give a file name for the {key}")
@@ -101,6 +105,9 @@ def check_outputs(cfg: DictConfig) -> tuple[int, int]:
         check_npz_path(cfg.alignments)
     if cfg.plots and not cfg.alignments:
         raise ValueError(f"plots={cfg.plots} draws the alignments: add alignments=FILE.npz")
+    for key in ("output", "nbest", "alignments", "plots"):  # a read-only folder fails now, not after translating
+        if cfg[key]:
+            check_writable(cfg[key], key, folder=key == "plots")
     return beam_size, n_best
 
 

@@ -263,7 +263,8 @@ def parse_args(argv: Sequence[str]) -> dict:
 
 
 def load_aligner(path: str | Path, device: str | torch.device = "cpu", lowercase: str = "auto"):
-    """A model to align with, from a checkpoint or a run folder (its ``checkpoints/best.pt``).
+    """A model to align with, from a checkpoint or a run folder (the model its final evaluation scored, else
+    ``checkpoints/best.pt``: :func:`nmt.checkpoint.run_model`).
 
     Returns:
         ``(model, src_tok, tgt_tok, prepare, (src_lang, tgt_lang))``; ``prepare(lines)`` applies the
@@ -273,10 +274,7 @@ def load_aligner(path: str | Path, device: str | torch.device = "cpu", lowercase
     Raises:
         FileNotFoundError / nmt.checkpoint.CheckpointError, as :func:`nmt.checkpoint.load`.
     """
-    path = Path(path)
-    if path.is_dir() and (path / "checkpoints" / "best.pt").is_file():  # a run folder
-        path = path / "checkpoints" / "best.pt"
-    model, cfg, src_tok, tgt_tok, _ = checkpoint.load(path, map_location=device)
+    model, cfg, src_tok, tgt_tok, _ = checkpoint.load(checkpoint.run_model(path), map_location=device)
     lower = lowercase == "true" or (lowercase == "auto" and Normalizer.from_config(
         cfg.data.get("normalize"), cfg.data.src_lang).lowercase)
     normalizer = Normalizer(cfg.data.src_lang, lowercase=lower)

@@ -55,7 +55,8 @@ def words_from_pieces(pieces: list[str]) -> list[int]:
     Args:
         pieces: ``[num_pieces]`` sentencepiece pieces, e.g. ``["▁Ein", "▁Mann", "s", "</s>"]``.
     Returns:
-        ``[num_pieces]`` word indices, e.g. ``[0, 1, 1, -1]``; ``["▁Ein", "▁", "▁Mann"]`` gives ``[0, 0, 1]``.
+        ``[num_pieces]`` word indices, e.g. ``[0, 1, 1, -1]``; ``["▁Ein", "▁", "▁Mann"]`` gives ``[0, 0, 1]``;
+        ``["▁", "</s>"]`` (no word) gives ``[-1, -1]``.
     """
     real = [piece for piece in pieces if piece not in SPECIAL_TOKENS]
     word, k, out = -1, 0, []
@@ -68,7 +69,7 @@ def words_from_pieces(pieces: list[str]) -> list[int]:
         if not space_only and (word < 0 or piece.startswith(WORD_START)):
             word += 1
         out.append(max(word, 0))
-    return out
+    return out if word >= 0 else [-1] * len(pieces)  # only bare "▁": no word at all, as decode gives ""
 
 
 def _surface(pieces: list[str]) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import io
+import json
 import pickle
 from pathlib import Path
 
@@ -233,6 +234,33 @@ def load_payload(path: str | Path, map_location: str | torch.device = "cpu") -> 
     if missing:
         raise CheckpointError(f"{path} is not an nmt checkpoint: it lacks {sorted(missing)}")
     return payload
+
+
+def run_model(path: str | Path) -> Path:
+    """The checkpoint file that ``path`` names: ``path`` itself, or for a run folder (one with ``checkpoints/``)
+    the model its final evaluation scored (``eval/test.scores.json`` or ``eval/valid.scores.json`` record it:
+    ``best.pt`` or ``averaged.pt``), else its ``checkpoints/best.pt``, so ``checkpoint=RUN`` translates with the
+    model behind the run's reported BLEU.
+
+    Raises:
+        CheckpointError: for a run folder that holds neither (training still running or stopped early: it names
+            ``last.pt`` when that exists).
+    """
+    path = Path(path)
+    folder = path / "checkpoints"
+    if not (path.is_dir() and folder.is_dir()):
+        return path  # a file, or a path that load() will report
+    for split in ("test", "valid"):
+        try:
+            recorded = json.loads((path / "eval" / f"{split}.scores.json").read_text(encoding="utf-8"))["checkpoint"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if (folder / Path(str(recorded)).name).is_file():  # by name: the run folder may have moved since
+            return folder / Path(str(recorded)).name
+    if (folder / "best.pt").is_file():
+        return folder / "best.pt"
+    last = f"; its training state is {folder / 'last.pt'}" if (folder / "last.pt").is_file() else ""
+    raise CheckpointError(f"{path} is a run folder without a finished model (no {folder / 'best.pt'}){last}")
 
 
 def load(path: str | Path, map_location: str | torch.device = "cpu"):

@@ -59,33 +59,65 @@ def translate(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sentences: list[str
     return [nbest[0] for nbest in translate_nbest(model, src_tok, tgt_tok, sentences, decode, device, beam_size)]
 
 
-def check_decoding(beam_size, n_best: int = 1, key: str = "decode.beam_size") -> None:
-    """Raises ValueError unless ``beam_size`` (the setting ``key``) is a whole number >= 1 and
-    ``1 <= n_best <= beam_size`` (a beam of K keeps K hypotheses)."""
-    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_decoding(beam_size, n_best: int = 1, key: str = "decode.beam_size", decode=None) -> None:
+    """Check the decoding settings before any work.
+
+    Raises ValueError, naming the setting, unless ``beam_size`` (the setting ``key``) is a whole number >= 1,
+    ``n_best`` a whole number in ``[1, beam_size]`` (a beam of K keeps K hypotheses) and, when the ``decode`` node
+    is given, ``batch_size`` a whole number >= 1, ``max_src_len`` a whole number >= 2 (a subword and ``</s>``),
+    ``length_penalty`` and ``max_len_a`` numbers >= 0, and ``max_len_b`` a whole number with
+    ``max_len_a + max_len_b >= 1`` (room for at least one subword).
+    """
+    if not _whole(beam_size) or beam_size < 1:
         raise ValueError(f"{key}={beam_size} must be a whole number >= 1 (1 = greedy search)")
-    if not 1 <= n_best <= beam_size:
-        raise ValueError(f"decode.n_best={n_best} must be between 1 and the beam size ({beam_size}): a beam of K "
-                         "keeps K hypotheses; raise beam_size")
+    if not _whole(n_best) or not 1 <= n_best <= beam_size:
+        raise ValueError(f"decode.n_best={n_best} must be a whole number between 1 and the beam size ({beam_size}): "
+                         "a beam of K keeps K hypotheses; raise beam_size")
+    if decode is None:
+        return
+    rules = {"batch_size": (_whole, 1, "a whole number >= 1 (sentences per batch)"),
+             "max_src_len": (_whole, 2, "a whole number >= 2 (subwords kept of a source, </s> included)"),
+             "length_penalty": (_number, 0, "a number >= 0 (GNMT alpha; 0 = raw log-probability)"),
+             "max_len_a": (_number, 0, "a number >= 0 (output limit: max_len_a * source length + max_len_b)"),
+             "max_len_b": (_whole, None, "a whole number (output limit: max_len_a * source length + max_len_b)")}
+    for name, (kind, least, what) in rules.items():
+        value = decode.get(name)
+        if not kind(value) or (least is not None and value < least):
+            raise ValueError(f"decode.{name}={value} must be {what}")
+    if decode.max_len_a + decode.max_len_b < 1:
+        raise ValueError(f"decode.max_len_a={decode.max_len_a} with decode.max_len_b={decode.max_len_b} leaves no "
+                         "room for a translation: max_len_a * source length + max_len_b must reach 1 or more")
 
 
 def translate_nbest(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sentences: list[str], decode,
                     device: str | torch.device = "cpu", beam_size: int | None = None,
                     n_best: int = 1) -> list[list[Translation]]:
     """As :func:`translate`, but the ``n_best`` best hypotheses of each line, best first (each with its own
-    alignment and scores). An empty input line gets one empty translation.
+    alignment and scores). An empty input line (also one of only spaces or of characters that SentencePiece's
+    normalization removes, such as U+200B or U+FEFF) gets one empty translation.
 
     Raises:
-        ValueError: when the beam size is below 1 or ``n_best`` is not in ``[1, beam size]`` (greedy search has
-            one hypothesis).
+        ValueError: when the beam size is below 1, ``n_best`` is not in ``[1, beam size]`` (greedy search has
+            one hypothesis), or another ``decode`` setting is out of range (:func:`check_decoding`).
     """
     check_decoding(decode.beam_size if beam_size is None else beam_size, n_best,
-                   "decode.beam_size" if beam_size is None else "beam_size")
+                   "decode.beam_size" if beam_size is None else "beam_size", decode)
     beam_size = decode.beam_size if beam_size is None else beam_size
     model.eval()
     results: list[list[Translation]] = [[EMPTY]] * len(sentences)
     todo = [i for i, s in enumerate(sentences) if s.strip()]
     ids = src_tok.encode_batch([sentences[i] for i in todo])
+    # a line of characters that SentencePiece's normalization drops (U+200B, U+200E, U+FEFF) encodes to </s>
+    # alone: it is an empty line too, not a prompt for the model to invent a sentence
+    todo, ids = [i for i, x in zip(todo, ids) if len(x) > 1], [x for x in ids if len(x) > 1]
     for k, i in enumerate(todo):
         if len(ids[k]) > decode.max_src_len:
             log.warning("line %d: %d subwords, cut to max_src_len=%d", i + 1, len(ids[k]), decode.max_src_len)

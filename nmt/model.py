@@ -36,8 +36,8 @@ class Memory(NamedTuple):
 
 
 class DecoderState(NamedTuple):
-    """Recurrent decoder state: hidden ``[L, B, H]``; input_feed ``[B, H]`` the previous attentional vector
-    h̃_{t-1} (Luong) or ``[B, 0]`` (Bahdanau, unused)."""
+    """Recurrent decoder state: hidden ``[L, B, H]``; input_feed ``[B, R]`` the previous attentional vector
+    h̃_{t-1} (Luong; R = the readout size: E with tied embeddings, else H) or ``[B, 0]`` (Bahdanau, unused)."""
 
     hidden: torch.Tensor
     input_feed: torch.Tensor

@@ -29,8 +29,8 @@ def read_lines(path: str | Path, key: str | None = None) -> list[str]:
     Raises:
         FileNotFoundError: naming the path (a folder is not a file; a pipe such as ``<(zcat f.gz)`` or
             ``/dev/stdin`` is read like a file).
-        TextFileError: for bytes that are not UTF-8, naming the file, the 1-based line number and the byte, and for
-            a ``.gz`` file that does not decompress.
+        TextFileError: for bytes that are not UTF-8, naming the file, the 1-based line number and the byte, for
+            a ``.gz`` file that does not decompress, and for a file that cannot be read (no permission).
     """
     if str(path) == "-":
         data = sys.stdin.buffer.read()
@@ -40,7 +40,10 @@ def read_lines(path: str | Path, key: str | None = None) -> list[str]:
             raise FileNotFoundError(f"{f'{key}=' if key else ''}{path} is a folder, not a file")
         if not path.exists():
             raise FileNotFoundError(f"{key}={path}: file not found" if key else f"file not found: {path}")
-        data = path.read_bytes()
+        try:
+            data = path.read_bytes()
+        except OSError as err:  # no permission, an I/O error: named, not a traceback
+            raise TextFileError(f"{f'{key}=' if key else ''}{path}: cannot be read ({err.strerror or err})") from None
         if path.suffix == ".gz":
             try:
                 data = gzip.decompress(data)
@@ -59,11 +62,37 @@ def read_lines(path: str | Path, key: str | None = None) -> list[str]:
         try:
             lines.append(raw.decode("utf-8"))
         except UnicodeDecodeError as err:
+            name, fixed = ("stdin", "iconv -f latin1 -t utf-8") if str(path) == "-" else \
+                (path, f"iconv -f latin1 -t utf-8 {path} > fixed.txt")
             raise TextFileError(
-                f"{path}: line {number}: byte 0x{raw[err.start]:02x} at column {err.start + 1} is not valid UTF-8; "
-                f"re-encode the file as UTF-8 (for example: iconv -f latin1 -t utf-8 {path} > fixed.txt)"
+                f"{name}: line {number}: byte 0x{raw[err.start]:02x} at column {err.start + 1} is not valid UTF-8; "
+                f"re-encode the file as UTF-8 (for example: {fixed})"
             ) from None
     return lines
+
+
+def check_writable(path: str | Path, key: str, folder: bool = False) -> None:
+    """Before any work: can :func:`atomic_write` write the file ``path`` (or, with ``folder``, create files in the
+    folder ``path``), which the setting ``key`` names? Missing folders on the way are fine (they are created).
+
+    Raises:
+        TextFileError: naming the setting, when something on the way is a file rather than a folder, or when the
+            folder that would hold it (or an existing non-regular file such as a pipe) is not writable.
+    """
+    if str(path) == "-":
+        return
+    target = Path(os.path.realpath(path))
+    if not folder and target.exists() and not target.is_file() and not target.is_dir():  # /dev/null, a pipe
+        if not os.access(target, os.W_OK):
+            raise TextFileError(f"{key}={path}: no permission to write to it")
+        return
+    parent = target if folder else target.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise TextFileError(f"{key}={path}: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise TextFileError(f"{key}={path}: no permission to write in {parent}")
 
 
 def atomic_write(path: str | Path, data: str | bytes) -> None:

@@ -197,9 +197,11 @@ class Tokenizer:
     def decode(self, ids: Iterable[int]) -> str:
         """Ids -> detokenized text; pad/bos/eos ids are dropped, byte pieces are joined into characters, and the
         spaces of bare "▁" pieces that nothing continues are collapsed (a generated ``["▁Ein", "▁", "▁Mann", "▁"]``
-        reads "Ein Mann", two words, as :func:`nmt.alignment.words_from_pieces` counts them)."""
+        reads "Ein Mann", two words, as :func:`nmt.alignment.words_from_pieces` counts them). A generated line
+        break (the byte pieces ``<0x0A>``/``<0x0D>``, kept in every vocabulary by byte fallback) becomes a space, so
+        a translation is always one line and output files keep one line per input line."""
         text = self.sp.decode(self._spm_ids(i for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)))
-        return _SPACES.sub(" ", text).strip(" ")
+        return _SPACES.sub(" ", text.replace("\r", " ").replace("\n", " ")).strip(" ")
 
     def pieces(self, ids: Iterable[int]) -> list[str]:
         """Ids -> piece strings (``"▁Ein"``, ``"</s>"``), the labels used for alignment matrices and plots."""

@@ -95,3 +95,5 @@ def test_a_bare_marker_that_nothing_continues_is_only_a_space():
     assert words_from_pieces(["▁Ein", "▁", "▁", "▁Mann"]) == [0, 0, 0, 1]
     assert words_from_pieces(["▁", "▁Mann", "s"]) == [0, 0, 0]
     assert words_from_pieces(["▁Ein", "▁", "(", "a", "▁b"]) == [0, 1, 1, 1, 2]  # continued: a word start
+    assert words_from_pieces(["▁", "</s>"]) == words_from_pieces(["▁", "▁"]) == [-1, -1]  # no word at all
+    assert pharaoh_line(np.full((2, 2), 0.5, dtype=np.float32), ["▁Hund", "</s>"], ["▁", "</s>"]) == ""

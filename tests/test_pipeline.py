@@ -240,7 +240,7 @@ def test_translate_file(run_dir, references, repo_root, final_checkpoint, tmp_pa
     blank = [i for i, line in enumerate(lines) if not line.strip()]
     # success is reported on stderr: line counts, speed, beam size and where the translations went
     assert re.search(rf"translated {len(lines)} lines \({len(blank)} empty\) in [\d.]+ s \([\d.]+ sentences/s; "
-                     r"model loaded in [\d.]+ s\)", proc.stderr.decode())
+                     rf"{re.escape(final_checkpoint)} loaded in [\d.]+ s\)", proc.stderr.decode())
     assert f"beam size {BEAM}: {out}" in proc.stderr.decode()
     assert [outputs[i] for i in blank] == [""] * len(blank)
     assert [outputs[i] for i in where] == read_text_lines(run_dir / "eval" / "test.hyp")
@@ -261,17 +261,19 @@ def test_translate_file(run_dir, references, repo_root, final_checkpoint, tmp_pa
 
 
 def test_translate_stdin_stdout(run_dir, references, repo_root, final_checkpoint, tmp_path):
-    """input=- / output=-: stdout carries the translations and nothing else; greedy == eval/greedy."""
+    """input=- / output=-: stdout carries the translations and nothing else; greedy == eval/greedy. The run
+    folder given as checkpoint= means the model its final evaluation scored (best.pt or averaged.pt)."""
     reference = tmp_path / "ref.en"
     reference.write_text("".join(line + "\n" for line in references["test"]["tgt"]), encoding="utf-8")
     stdin = "".join(line + "\n" for line in references["test"]["src"]).encode("utf-8")
     # run from another folder with relative paths: they resolve against the cwd, and nothing else lands there
-    proc = run([str(repo_root / "translate.py"), f"checkpoint={final_checkpoint}", "input=-",
+    proc = run([str(repo_root / "translate.py"), f"checkpoint={run_dir}", "input=-",
                 "output=-", "beam_size=1", "alignments=stdin.alignments.npz", "reference=ref.en", "device=cpu"],
                cwd=tmp_path, stdin=stdin)
     expected = (run_dir / "eval" / "greedy" / "test.hyp").read_bytes()
     assert proc.stdout == expected
     stderr = proc.stderr.decode()
+    assert f"; {final_checkpoint} loaded in " in stderr
     report = json.loads(stderr[stderr.rindex("{\n"):])  # the reference's scores, printed last
     greedy_scores = json.loads((run_dir / "eval" / "greedy" / "test.scores.json").read_text(encoding="utf-8"))
     assert report["bleu"] == greedy_scores["bleu"] and report["bleu_signature"] == greedy_scores["bleu_signature"]
@@ -319,7 +321,7 @@ def test_translate_nbest_list(run_dir, references, repo_root, final_checkpoint, 
 
     for extra, message in [([f"decode.n_best={BEAM}", f"beam_size={BEAM}"], "needs nbest=FILE"),
                            ([f"decode.n_best={BEAM + 1}", f"beam_size={BEAM}", f"nbest={nbest}"],
-                            f"must be between 1 and the beam size \\({BEAM}\\)")]:
+                            f"must be a whole number between 1 and the beam size \\({BEAM}\\)")]:
         proc = subprocess.run([sys.executable, "translate.py", *common[:2], f"output={tmp_path / 'x.en'}",
                                "device=cpu", *extra], check=False, cwd=repo_root, env=env(), capture_output=True,
                               timeout=120)

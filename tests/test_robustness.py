@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -77,7 +78,10 @@ def test_unquoted_path_with_equals_sign_is_refused_by_hydra(tiny_run, repo_root,
     (tmp_path / "in.de").write_text("Ein Hund.\n", encoding="utf-8")
     proc = run_script(["translate.py", f"checkpoint={tiny_run}/checkpoints/best.pt", f"input={tmp_path}/in.de",
                        "output=-"], repo_root)
-    assert proc.returncode != 0
+    stderr = proc.stderr.decode()
+    # Hydra's override parser refuses it before translate.py runs (README: quote such a path)
+    assert proc.returncode == 1 and "mismatched input '='" in stderr and "override_grammar" in stderr
+    assert "Traceback" not in stderr and proc.stdout == b""
 
 
 def test_training_files_with_crlf_bom_empty_lines_and_relative_paths(repo_root, tmp_path):
@@ -247,6 +251,33 @@ def test_a_run_folder_or_a_text_file_given_as_checkpoint_is_named_for_what_it_is
     assert "weights_only" not in str(err.value)
 
 
+def test_a_run_folder_means_the_model_its_final_evaluation_scored(tmp_path):
+    """checkpoint=RUN (translate.py, nmt.align): the checkpoint named in eval/test.scores.json (looked up by name,
+    so a moved run folder still works), else valid's, else best.pt; a folder without a finished model is an error
+    that points to last.pt; a file path is returned unchanged."""
+    from nmt.checkpoint import CheckpointError, run_model
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    with pytest.raises(CheckpointError, match=r"run is a run folder without a finished model \(no .*best\.pt\)$"):
+        run_model(run)
+    (run / "checkpoints" / "last.pt").write_bytes(b"x")
+    with pytest.raises(CheckpointError, match=r"without a finished model .*; its training state is .*last\.pt$"):
+        run_model(run)
+    for name in ("best.pt", "averaged.pt"):
+        (run / "checkpoints" / name).write_bytes(b"x")
+    assert run_model(run) == run / "checkpoints" / "best.pt"  # no eval/ yet
+    (run / "eval").mkdir()
+    (run / "eval" / "valid.scores.json").write_text(json.dumps({"checkpoint": "/gone/run/checkpoints/averaged.pt"}))
+    assert run_model(run) == run / "checkpoints" / "averaged.pt"
+    (run / "eval" / "test.scores.json").write_text(json.dumps({"checkpoint": "/gone/run/checkpoints/best.pt"}))
+    assert run_model(run) == run / "checkpoints" / "best.pt"
+    (run / "eval" / "test.scores.json").write_text("{not json")  # unreadable: the next record decides
+    assert run_model(run) == run / "checkpoints" / "averaged.pt"
+    assert run_model(run / "checkpoints" / "last.pt") == run / "checkpoints" / "last.pt"
+    assert run_model(tmp_path) == tmp_path  # not a run folder: checkpoint.load names it
+
+
 def test_translate_checks_the_reference_line_count_before_translating(repo_root, tmp_path):
     """reference= with another line count than input= fails at once, naming both files, and writes nothing (the
     checkpoint is not even opened: this one does not exist)."""
@@ -281,6 +312,16 @@ def test_translate_refuses_an_alignments_path_without_npz_before_translating(rep
     (["plots=pics"], "plots={tmp}/pics draws the alignments: add alignments=FILE.npz"),  # was silently nothing
     (["threads=0"], "threads=0 must be a whole number of CPU threads >= 1 (or null: all cores)"),
     (["input=sub"], "input={tmp}/sub is a folder, not a file"),
+    # was: every output line empty, rc 0
+    (["decode.batch_size=-1"], "decode.batch_size=-1 must be a whole number >= 1 (sentences per batch)"),
+    (["decode.n_best=1.5", "nbest=n.txt"], ("decode.n_best=1.5 must be a whole number between 1 and the beam size "
+                                            "(5): a beam of K keeps K hypotheses; raise beam_size")),  # a traceback
+    (["decode.max_src_len=null"], ("decode.max_src_len=None must be a whole number >= 2 (subwords kept of a source, "
+                                   "</s> included)")),
+    (["input=-", "reference=-"], "input=- and reference=- would both read stdin: give the reference as a file"),
+    # was a traceback after translating everything
+    (["output=in.de/out.en"], "output={tmp}/in.de/out.en: {tmp}/in.de is a file, not a folder"),
+    (["alignments=in.de/x/a.npz"], "alignments={tmp}/in.de/x/a.npz: {tmp}/in.de is a file, not a folder"),
 ])
 def test_translate_refuses_bad_settings_in_one_line_before_translating(repo_root, tmp_path, args, message):
     (tmp_path / "in.de").write_text("Ein Hund.\n", encoding="utf-8")
@@ -290,6 +331,39 @@ def test_translate_refuses_bad_settings_in_one_line_before_translating(repo_root
     assert proc.returncode == 1
     assert proc.stderr.decode().strip() == "translate.py: error: " + message.format(tmp=tmp_path)
     assert not (tmp_path / "out.en").exists()
+
+
+def test_lines_of_characters_that_normalization_removes_are_empty(loaded, compose_cfg):
+    """U+200E, U+200B, U+FEFF: Python's strip() keeps them, SentencePiece's NFKC rule drops them, so the line
+    encodes to </s> alone. It is an empty line, not a prompt for the model to invent a sentence."""
+    model, _, src_tok, tgt_tok, _ = loaded
+    lines = ["\u200e", "Ein Hund.", "\ufeff\u200b ", ""]
+    assert [len(ids) for ids in src_tok.encode_batch(lines[:3])] == [1, len(src_tok.encode("Ein Hund.")), 1]
+    for beam_size in (1, 3):
+        out = translate(model, src_tok, tgt_tok, lines, compose_cfg(TINY).decode, "cpu", beam_size=beam_size)
+        assert [t.text for t in out] == ["", out[1].text, "", ""] and out[1].text
+        assert [t.src_pieces for t in out[::2]] == [[], []] and out[0].alignment.shape == (0, 0)
+
+
+def test_an_unreadable_input_or_unwritable_output_is_named(tmp_path):
+    from nmt.textio import TextFileError, check_writable, read_lines
+
+    if os.geteuid() == 0:
+        pytest.skip("root reads and writes regardless of permissions")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / "in.de").write_text("Ein Hund.\n", encoding="utf-8")
+    (locked / "in.de").chmod(0)
+    locked.chmod(0o500)
+    try:
+        with pytest.raises(TextFileError, match=r"input=.*in\.de: cannot be read \(Permission denied\)"):
+            read_lines(locked / "in.de", key="input")
+        with pytest.raises(TextFileError, match=rf"output={locked}/new/out.en: no permission to write in {locked}$"):
+            check_writable(locked / "new" / "out.en", "output")
+    finally:
+        locked.chmod(0o700)
+    check_writable(tmp_path / "a" / "b" / "out.en", "output")  # missing folders are created later: fine
+    check_writable("/dev/null", "output")
 
 
 def test_a_bad_threads_setting_is_named():

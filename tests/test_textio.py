@@ -81,6 +81,13 @@ def test_stdin(monkeypatch):
     assert read_lines("-") == ["a", "", "b\u2028c"]
 
 
+def test_latin1_on_stdin_is_named_stdin(monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("ok\nM\xfcller\n".encode("latin-1"))))
+    with pytest.raises(TextFileError, match=r"^stdin: line 2: byte 0xfc at column 2 is not valid UTF-8; re-encode "
+                                            r"the file as UTF-8 \(for example: iconv -f latin1 -t utf-8\)$"):
+        read_lines("-")
+
+
 def test_atomic_write_roundtrip(tmp_path):
     path = tmp_path / "sub" / "out.txt"
     atomic_write(path, "eins\nzwei\u2028drei\n")

@@ -188,3 +188,14 @@ def test_bare_word_marker_pieces_decode_to_the_words_alignment_counts(tokenizer)
         text = tokenizer.decode(ids)
         assert text == " ".join(text.split()) and text.split() in (["Ein", "Mann"], ["Mann"])
         assert max(words_from_pieces(tokenizer.pieces(ids))) + 1 == len(text.split())
+    # a hypothesis of bare markers only decodes to "" and has no word (no phantom link in eval/*.align)
+    assert tokenizer.decode([space, EOS_ID]) == "" and set(words_from_pieces(tokenizer.pieces([space, EOS_ID]))) == {-1}
+
+
+def test_a_generated_line_break_is_a_space(tokenizer):
+    """Byte fallback keeps <0x0A> in every vocabulary; a translation that generates it stays one line."""
+    newline, cr = tokenizer.piece_to_id("<0x0A>"), tokenizer.piece_to_id("<0x0D>")
+    ein, mann = tokenizer.piece_to_id("\u2581Ein"), tokenizer.piece_to_id("\u2581Mann")
+    assert UNK_ID not in (newline, cr, ein, mann)
+    assert tokenizer.decode([ein, newline, mann, EOS_ID]) == "Ein Mann"
+    assert tokenizer.decode([ein, cr, newline, mann, newline]) == "Ein Mann"
