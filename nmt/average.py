@@ -52,8 +52,43 @@ def average_state_dicts(states: list[dict[str, torch.Tensor]], names: list[str])
             total = sum(state[key].to(torch.float64) for state in states)
             averaged[key] = (total / len(states)).to(value.dtype)
         else:
+            for state, name in zip(states[1:], names[1:]):
+                if not torch.equal(state[key], value):
+                    raise CheckpointError(f"{name}: {key} differs from {names[0]}'s (integer values cannot be "
+                                          "averaged): only checkpoints of one model can be averaged")
             averaged[key] = value.clone()
     return averaged
+
+
+SAME_MODEL = ("model", "attention", "decoder", "tokenizer")  # config sections that must agree to average
+
+
+def _same(a, b) -> bool:
+    """Equal plain data, tensors compared by value (the SentencePiece models are stored as byte tensors)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return a == b
+
+
+def check_same_model(payloads: list[dict], names: list[str]) -> None:
+    """Raises CheckpointError, naming the checkpoint and the setting, unless every payload has the first one's
+    architecture and subword settings (config sections ``SAME_MODEL``) and the same SentencePiece models and
+    vocabularies: weights of the same shapes can still belong to models that read them differently (scaled vs
+    unscaled dot attention, another corpus' subwords)."""
+    first = payloads[0]
+    for payload, name in zip(payloads[1:], names[1:]):
+        for section in SAME_MODEL:
+            ours, theirs = (first.get("config") or {}).get(section), (payload.get("config") or {}).get(section)
+            if not _same(ours, theirs):
+                keys = ({*ours, *theirs} if isinstance(ours, dict) and isinstance(theirs, dict) else set())
+                differ = sorted(k for k in keys if not _same(ours.get(k), theirs.get(k))) or [section]
+                raise CheckpointError(f"{name}: {section} settings differ from {names[0]}'s ({', '.join(differ)}): "
+                                      "only checkpoints of one model can be averaged")
+        if not _same(payload.get("spm"), first.get("spm")):
+            raise CheckpointError(f"{name}: its SentencePiece models or vocabularies differ from {names[0]}'s: only "
+                                  "checkpoints of one model can be averaged")
 
 
 def average_checkpoints(paths: list[str | Path], out: str | Path) -> dict:
@@ -61,11 +96,13 @@ def average_checkpoints(paths: list[str | Path], out: str | Path) -> dict:
     models only, no optimizer state). Returns the written payload.
 
     Raises:
-        CheckpointError / FileNotFoundError: for unreadable, foreign or mismatched checkpoints (named).
+        CheckpointError / FileNotFoundError: for unreadable, foreign or mismatched checkpoints (named), also for
+            checkpoints of another configuration or other subwords (:func:`check_same_model`).
     """
     payloads = [load_payload(p) for p in paths]
     names = [str(p) for p in paths]
     state = average_state_dicts([p["model"] for p in payloads], names)
+    check_same_model(payloads, names)
     first = payloads[0]
     payload = {"model": state, "config": first["config"], "spm": first["spm"],
                "averaged": {"checkpoints": names, "steps": [p.get("progress", {}).get("step") for p in payloads]}}

@@ -33,13 +33,17 @@ class Progress:
     best_step: int = 0
     bad_validations: int = 0
     train_seconds: float = 0.0
+    validated_step: int = 0  # the step of the last validation (a resume at a stop validates unless it was done)
 
 
 def save_state(path: Path, cfg, model, optimizer, scheduler, toks, progress: Progress) -> None:
-    """A full training checkpoint: weights, optimizer, scheduler, progress and the torch RNG state."""
+    """A full training checkpoint: weights, optimizer, scheduler, progress and the torch RNG states (CPU, and
+    every CUDA device's when CUDA is in use, so dropout continues its sequence after a resume on a GPU)."""
+    rng = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        rng["cuda"] = torch.cuda.get_rng_state_all()
     checkpoint.save(path, model, cfg, *toks, optimizer=optimizer.state_dict(),
-                    scheduler=scheduler.state_dict() if scheduler else None, progress=asdict(progress),
-                    rng={"torch": torch.get_rng_state()})
+                    scheduler=scheduler.state_dict() if scheduler else None, progress=asdict(progress), rng=rng)
 
 
 FROM_CHECKPOINT = ("model", "attention", "decoder", "tokenizer", "data")  # what a resumed run cannot change
@@ -72,6 +76,13 @@ def resume_from(path, cfg, run_dir: Path, device):
         if changed := checkpoint.differences(ckpt_cfg.get(key), cfg.get(key), key):
             log.warning("resuming %s: %s comes from the checkpoint, not from this run's settings: %s", path, key,
                         "; ".join(f"{name}={before} (this run: {now})" for name, before, now in changed))
+    if ckpt_cfg.get("seed") is not None and ckpt_cfg.seed != cfg.get("seed"):
+        log.warning("resuming %s: seed=%s comes from the checkpoint (this run: %s), so the rest of the epoch is "
+                    "batched in the order it began with", path, ckpt_cfg.seed, cfg.get("seed"))
+    if ckpt_cfg.train.get("batch_tokens") != cfg.train.get("batch_tokens"):
+        log.warning("resuming %s: train.batch_tokens was %s and is %s now: the batches of the current epoch are cut "
+                    "anew, so until it ends some of its pairs are seen twice and others not at all", path,
+                    ckpt_cfg.train.get("batch_tokens"), cfg.train.get("batch_tokens"))
     for key in SCHEDULE_KEYS.get(ckpt_cfg.train.get("lr_scheduler"), SCHEDULE_KEYS["budget"]):
         before, now = ckpt_cfg.train.get(key), cfg.train.get(key)
         if before != now:
@@ -96,17 +107,38 @@ def resume_from(path, cfg, run_dir: Path, device):
     for name, tok in (("src", src_tok), ("tgt", tgt_tok)):
         if not (spm_dir / f"{name}.model").is_file():
             atomic_write(spm_dir / f"{name}.model", tok.model_proto)
-    return model.train(), src_tok, tgt_tok, payload, checkpoint.adopt(cfg, ckpt_cfg, FROM_CHECKPOINT)
+    cfg = checkpoint.adopt(cfg, ckpt_cfg, FROM_CHECKPOINT)
+    if ckpt_cfg.get("seed") is not None:
+        cfg.seed = ckpt_cfg.seed  # batches of epoch e come from seed + e: the skip only holds for the same order
+    return model.train(), src_tok, tgt_tok, payload, cfg
 
 
-def restore(payload: dict, optimizer, scheduler) -> Progress:
-    """Load the optimizer, scheduler and torch RNG state of a full checkpoint's ``payload`` (as returned by
-    :func:`resume_from`) into the new run; returns its :class:`Progress`."""
+def restore(payload: dict, optimizer, scheduler, t) -> Progress:
+    """Load the optimizer, scheduler and torch RNG states of a full checkpoint's ``payload`` (as returned by
+    :func:`resume_from`) into the new run; returns its :class:`Progress`.
+
+    ``t`` is this run's ``cfg.train``: where it changes the schedule, the change applies from here, as the
+    resume warning says. A plateau schedule keeps what it counted (best BLEU, validations without a gain) but
+    takes this run's ``lr_factor``, ``lr_patience`` and ``min_lr``; a new ``train.lr`` (or a new schedule) sets
+    the rate to it (the budget schedule sets the rate at every step anyway).
+    """
     optimizer.load_state_dict(payload["optimizer"])
-    if scheduler is not None and payload.get("scheduler"):
-        scheduler.load_state_dict(payload["scheduler"])
+    saved = (payload.get("config") or {}).get("train") or {}
+    same_schedule = saved.get("lr_scheduler") == t.lr_scheduler
+    if scheduler is not None and payload.get("scheduler") and same_schedule:
+        ours = {key: getattr(scheduler, key) for key in ("factor", "patience", "min_lrs", "eps")
+                if hasattr(scheduler, key)}  # ReduceLROnPlateau's settings, from this run's config
+        scheduler.load_state_dict(payload["scheduler"])  # (its load_state_dict overwrites them with the saved ones)
+        scheduler.__dict__.update(ours)
+    if t.lr_scheduler != "budget" and (saved.get("lr") != t.lr or not same_schedule):
+        for group in optimizer.param_groups:
+            group["lr"] = t.lr
+        log.info("learning rate set to train.lr=%s from here", t.lr)
     progress = Progress(**payload["progress"])
     torch.set_rng_state(payload["rng"]["torch"].cpu())
+    if payload["rng"].get("cuda") and torch.cuda.is_available() and len(payload["rng"]["cuda"]) == \
+            torch.cuda.device_count():
+        torch.cuda.set_rng_state_all([state.cpu() for state in payload["rng"]["cuda"]])
     log.info("resumed at step %d (epoch %d, batch %d of that epoch)", progress.step, progress.epoch,
              progress.batch_in_epoch)
     if isinstance(scheduler, BudgetDecay):

@@ -27,7 +27,7 @@ from tqdm import tqdm
 from nmt import checkpoint
 from nmt.average import select_checkpoints
 from nmt.data import Parallel, encode_pairs, iterate_batches, load_splits
-from nmt.evaluate import greedy_bleu
+from nmt.evaluate import check_decoding, greedy_bleu
 from nmt.final import final_evaluation
 from nmt.loss import label_smoothed_cross_entropy
 from nmt.schedule import BudgetDecay, check_schedule, make_optimizer
@@ -39,7 +39,12 @@ log = logging.getLogger(__name__)
 
 def prepare_tokenizers(tok_cfg, train: Parallel, spm_dir: Path) -> tuple[Tokenizer, Tokenizer]:
     """Train SentencePiece on the training split (joint or one per side), or reuse models already in ``spm_dir``;
-    with ``restrict_vocab`` each side keeps only the pieces its training text uses (the checkpoint stores the lists)."""
+    with ``restrict_vocab`` each side keeps only the pieces its training text uses (the checkpoint stores the lists).
+
+    Raises:
+        ValueError: when a model already in ``spm_dir`` (from an earlier attempt in the same run folder) has
+            another size than ``tokenizer.vocab_size``.
+    """
     names = ["joint", "joint"] if tok_cfg.joint else ["src", "tgt"]
     texts = {"joint": train.src + train.tgt, "src": train.src, "tgt": train.tgt}
     for name in set(names):
@@ -50,6 +55,11 @@ def prepare_tokenizers(tok_cfg, train: Parallel, spm_dir: Path) -> tuple[Tokeniz
             train_spm(texts[name], path, tok_cfg.vocab_size, tok_cfg.model_type,
                       byte_fallback=tok_cfg.byte_fallback)
     src_tok, tgt_tok = Tokenizer.load(spm_dir / f"{names[0]}.model"), Tokenizer.load(spm_dir / f"{names[1]}.model")
+    for name, tok in zip(names, (src_tok, tgt_tok)):  # models left by an earlier attempt in this run folder
+        if tok.sp.get_piece_size() != tok_cfg.vocab_size:
+            raise ValueError(f"{spm_dir / (name + '.model')} has {tok.sp.get_piece_size()} pieces but "
+                             f"tokenizer.vocab_size={tok_cfg.vocab_size}: it was trained by an earlier run in this "
+                             "folder; delete that spm/ folder or use a new run folder")
     if tok_cfg.get("restrict_vocab"):
         src_tok, tgt_tok = src_tok.restricted(train.src), tgt_tok.restricted(train.tgt)
         log.info("vocabularies restricted to the pieces each side uses: source %d, target %d", len(src_tok),
@@ -92,6 +102,7 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = ()) -> dict:
     """
     run_dir = Path(run_dir)
     check_schedule(cfg.train)  # before the corpus and tokenizers: a bad setting fails at once
+    check_decoding(cfg.decode.beam_size, 1, "decode.beam_size", cfg.decode)
     torch.manual_seed(cfg.seed)
     checkpoint.set_threads(cfg.get("threads"))
     device = checkpoint.pick_device(cfg.device)
@@ -102,7 +113,7 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = ()) -> dict:
              sum(p.numel() for p in model.parameters()) / 1e6, type(model.decoder.attention).__name__,
              cfg.decoder.style, device, len(train_pairs), run_dir.resolve())
     optimizer, scheduler = make_optimizer(model, cfg)
-    progress = Progress() if payload is None else restore(payload, optimizer, scheduler)
+    progress = Progress() if payload is None else restore(payload, optimizer, scheduler, cfg.train)
     stop = train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, splits["valid"], toks, run_dir,
                       device, progress, overrides)
     results = {"valid_bleu": progress.best_bleu, "steps": progress.step,
@@ -137,6 +148,8 @@ def start_or_resume(cfg, run_dir: Path, device):
         model, src_tok, tgt_tok, payload, cfg = resume_from(resume, cfg, run_dir, device)
         checkpoint.save_config(cfg, run_dir / ".hydra" / "config.yaml")  # the folder describes the model trained
         return cfg, load_splits(cfg.data), model, (src_tok, tgt_tok), payload
+    with torch.random.fork_rng(devices=[]):  # a bad architecture setting (decoder.style=...) fails before any work;
+        checkpoint.build_model(cfg, 8, 8)      # the RNG is left as it was, so the model's initialisation is unchanged
     splits = load_splits(cfg.data)
     src_tok, tgt_tok = prepare_tokenizers(cfg.tokenizer, splits["train"], run_dir / "spm")
     model = checkpoint.build_model(cfg, len(src_tok), len(tgt_tok)).to(device)
@@ -252,6 +265,12 @@ def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid
             meter.reset()  # validation time is not training time
         return stop
 
+    if stop := stop_reason(t, progress, progress.train_seconds):  # resumed at the end: nothing left to train
+        if progress.validated_step != progress.step:  # stopped by a signal on its last step: validate it now
+            stop = check(stop)
+        log.info("nothing left to train at step %d: %s", progress.step, stop)
+        meter.bar.close()
+        return stop
     with stop_on_signals() as flag:
         while True:
             for batch in iterate_batches(epoch_pairs(progress.epoch), t.batch_tokens, shuffle=True,
@@ -314,7 +333,12 @@ def stop_reason(t, progress: Progress, elapsed: float) -> str | None:
 
 def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, toks, run_dir, device,
              progress: Progress, record: dict) -> str | None:
-    """Validation loss/perplexity and greedy BLEU; checkpoints; metrics.jsonl. Returns a stop reason or None."""
+    """Validation loss/perplexity and greedy BLEU; checkpoints; metrics.jsonl. Returns a stop reason or None.
+
+    ``best.pt`` and the step checkpoint are written before ``last.pt``, so the best BLEU that ``last.pt``
+    records is on disk even when the process is killed between the writes; the time the checkpoints record
+    includes this validation (the budget counts it), so a resumed budget schedule continues where it was."""
+    began = time.monotonic()
     valid_loss = validation_loss(model, valid_pairs, cfg.train.batch_tokens, device)
     bleu = greedy_bleu(model, *toks, valid.src, valid.tgt, cfg.decode, device)
     model.train()
@@ -332,11 +356,13 @@ def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, tok
         progress.bad_validations += 1
     if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
         scheduler.step(bleu)
-    save_state(run_dir / "checkpoints" / "last.pt", cfg, model, optimizer, scheduler, toks, progress)
+    progress.validated_step = progress.step
+    progress.train_seconds += time.monotonic() - began
     if improved:
         save_state(run_dir / "checkpoints" / "best.pt", cfg, model, optimizer, scheduler, toks, progress)
     if cfg.train.get("keep_best"):
         keep_step_checkpoint(cfg, model, toks, run_dir, progress)
+    save_state(run_dir / "checkpoints" / "last.pt", cfg, model, optimizer, scheduler, toks, progress)
     if cfg.train.patience and progress.bad_validations >= cfg.train.patience:
         return f"no validation BLEU gain in {cfg.train.patience} validations (early stopping)"
     return None

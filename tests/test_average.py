@@ -63,6 +63,30 @@ def test_different_architectures_are_refused_by_name(three_checkpoints, compose_
         average_state_dicts([], [])
 
 
+def test_same_shapes_but_another_model_or_other_subwords_are_refused(three_checkpoints, compose_cfg, tokenizer,
+                                                                     tmp_path):
+    """Scaled and unscaled dot attention have the same weights' shapes, and so do two corpora's subword models of
+    one size; averaging them would give a meaningless model that silently carries the first one's tokenizer."""
+    cfg = compose_cfg([*SMALL, "attention=dot"])
+    model = checkpoint.build_model(cfg, len(tokenizer), len(tokenizer))
+    paths = {}
+    for scaled in (True, False):
+        cfg.attention.scaled = scaled
+        paths[scaled] = tmp_path / f"scaled_{scaled}.pt"
+        checkpoint.save(paths[scaled], model, cfg, tokenizer, tokenizer)
+    with pytest.raises(CheckpointError, match=r"scaled_False\.pt: attention settings differ from .*scaled_True\.pt's "
+                                              r"\(scaled\)"):
+        average_checkpoints([paths[True], paths[False]], tmp_path / "out.pt")
+    _, three, _ = three_checkpoints
+    other = tmp_path / "other_subwords.pt"
+    payload = torch.load(three[1], weights_only=True)
+    payload["spm"]["tgt"] = payload["spm"]["tgt"].flip(0)  # the same model with other target subwords
+    torch.save(payload, other)
+    with pytest.raises(CheckpointError, match=r"other_subwords\.pt: its SentencePiece models or vocabularies differ"):
+        average_checkpoints([three[0], other], tmp_path / "out.pt")
+    assert not (tmp_path / "out.pt").exists()
+
+
 def test_select_best_by_validation_bleu_and_last_by_step(three_checkpoints, tmp_path):
     assert len(three_checkpoints[1]) == 3  # step_10, step_20, step_30 in tmp_path/checkpoints
     records = [{"step": 10, "valid_bleu": 5.0}, {"step": 20, "valid_bleu": 7.5}, {"step": 30, "valid_bleu": 6.0}]

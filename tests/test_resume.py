@@ -99,13 +99,78 @@ def test_resuming_from_a_weights_only_checkpoint_names_the_file_to_use(compose_c
         train(compose_cfg([*TINY, f"train.max_steps={2 * N}", f"train.resume={step}"]), tmp_path / "again")
 
 
-def test_resuming_from_a_different_run_changes_weights(compose_cfg, tmp_path):
-    """Guard for the test above: without restoring, a different seed gives different parameters."""
-    a, b = tmp_path / "a", tmp_path / "b"
-    train(compose_cfg([*TINY, "train.max_steps=2"]), a)
-    train(compose_cfg([*TINY, "train.max_steps=2", "seed=7"]), b)
-    wa, wb = last_state(a)[0], last_state(b)[0]
-    assert any(not torch.allclose(wa[k], wb[k]) for k in wa)
+def test_a_resume_without_the_saved_optimizer_and_rng_would_differ(compose_cfg, tmp_path):
+    """Guard for the exact-resume test: the same resume with a fresh optimizer state (Adam's moments) or a fresh
+    RNG state (dropout masks) ends elsewhere than the uninterrupted run, so restoring them is what that test sees."""
+    full, first = tmp_path / "full", tmp_path / "first"
+    train(compose_cfg([*TINY, f"train.max_steps={2 * N}"]), full)
+    train(compose_cfg([*TINY, f"train.max_steps={N}"]), first)
+    weights_full = last_state(full)[0]
+    saved = torch.load(first / "checkpoints" / "last.pt", weights_only=True)
+    fresh_model = checkpoint.load(first / "checkpoints" / "last.pt")[0]
+    fresh_adam = torch.optim.Adam(fresh_model.parameters(), lr=1e-3).state_dict()
+    for name, change in (("optimizer", {"optimizer": fresh_adam}),
+                         ("rng", {"rng": {"torch": torch.random.default_generator.manual_seed(99).get_state()}})):
+        torch.save({**saved, **change}, tmp_path / f"no_{name}.pt")
+        out = tmp_path / f"resumed_no_{name}"
+        train(compose_cfg([*TINY, f"train.max_steps={2 * N}", f"train.resume={tmp_path / f'no_{name}.pt'}"]), out)
+        weights = last_state(out)[0]
+        assert max(float((weights[k] - weights_full[k]).abs().max()) for k in weights) > 1e-4, name
+
+
+def test_a_resume_applies_a_changed_rate_and_keeps_the_seed(compose_cfg, tmp_path, caplog):
+    """The plateau schedule's settings and the rate given when resuming apply from there on, as the warning
+    says (the saved optimizer and scheduler used to bring the old ones back); the seed stays the checkpoint's,
+    because the batches of the current epoch come from it."""
+    first, resumed = tmp_path / "first", tmp_path / "resumed"
+    train(compose_cfg([*TINY, f"train.max_steps={N}"]), first)
+    caplog.set_level("INFO", logger="nmt")
+    train(compose_cfg([*TINY, f"train.max_steps={2 * N}", "train.lr=0.0005", "train.lr_factor=0.3", "seed=7",
+                       f"train.resume={first}/checkpoints/last.pt"]), resumed)
+    assert "train.lr was 0.001 when it was saved and is 0.0005 now" in caplog.text
+    assert "learning rate set to train.lr=0.0005 from here" in caplog.text
+    assert "seed=1234 comes from the checkpoint (this run: 7)" in caplog.text
+    payload = torch.load(resumed / "checkpoints" / "last.pt", weights_only=True)
+    assert [g["lr"] for g in payload["optimizer"]["param_groups"]] == [0.0005]
+    assert payload["scheduler"]["factor"] == 0.3 and payload["scheduler"]["patience"] == 2
+    assert payload["config"]["seed"] == 1234 and metrics(resumed)[-1]["lr"] == 0.0005
+
+
+def test_a_finished_run_resumed_trains_no_further_but_validates_an_unvalidated_end(compose_cfg, tmp_path, caplog):
+    """Re-running a finished run's command (a scheduler re-queues a job killed during its final evaluation) goes
+    straight to the final evaluation: no step past max_steps. When the last step was never validated (a signal
+    on it), it is validated first."""
+    run = tmp_path / "run"
+    cfg = [*TINY, f"train.max_steps={N}", "train.keep_best=0"]
+    train(compose_cfg(cfg), run)
+    caplog.set_level("INFO", logger="nmt")
+    results = train(compose_cfg(cfg), run)  # the same folder: resumes from its last.pt
+    assert results["steps"] == N and last_state(run)[1]["step"] == N
+    assert f"nothing left to train at step {N}: max_steps={N} reached" in caplog.text
+    assert [r["step"] for r in metrics(run)] == [N]  # no second validation of the same weights
+    payload = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
+    payload["progress"]["validated_step"] = N - 1  # as if a signal had stopped it right after step N
+    torch.save(payload, run / "checkpoints" / "last.pt")
+    train(compose_cfg(cfg), run)
+    assert [r["step"] for r in metrics(run)] == [N, N] and last_state(run)[1]["step"] == N
+
+
+def test_subword_models_left_in_the_run_folder_must_match_the_settings(compose_cfg, small_splits, spm_model,
+                                                                        tmp_path):
+    """A run that died before its first checkpoint left spm/ behind; a rerun in that folder with another
+    tokenizer.vocab_size used to reuse the old model silently."""
+    import shutil
+
+    from nmt.training import prepare_tokenizers
+
+    (tmp_path / "spm").mkdir()
+    shutil.copy(spm_model, tmp_path / "spm" / "joint.model")
+    tok_cfg = compose_cfg(["tokenizer.vocab_size=900"]).tokenizer
+    with pytest.raises(ValueError, match=r"spm/joint\.model has 500 pieces but tokenizer\.vocab_size=900: it was "
+                                         r"trained by an earlier run in this folder; delete that spm/ folder"):
+        prepare_tokenizers(tok_cfg, small_splits["train"], tmp_path / "spm")
+    tok_cfg.vocab_size = 500
+    assert prepare_tokenizers(tok_cfg, small_splits["train"], tmp_path / "spm")[0].sp.get_piece_size() == 500
 
 
 def test_sigint_finishes_the_step_saves_last_and_says_how_to_resume(repo_root, tmp_path):

@@ -96,11 +96,18 @@ def test_budget_schedule_on_a_real_training_run(compose_cfg, tmp_path):
     assert [r["lr"] for r in records] == pytest.approx([0.002 * (1 - (s - 1) / steps) for s in (4, 8, 12)])
 
 
-def test_a_bad_schedule_fails_before_any_work(compose_cfg, tmp_path):
-    """Checked before the corpus is read and the tokenizers trained: nothing is left in the run folder."""
-    with pytest.raises(ValueError, match="lr_decay_start"):
-        train(compose_cfg([*TINY, "train.max_steps=4", "train.lr_scheduler=budget", "train.lr_decay_start=2"]),
-              tmp_path / "run")
+@pytest.mark.parametrize("override, message", [
+    ("train.lr_decay_start=2", "lr_decay_start"),
+    ("decoder.style=foo", "decoder.style must be 'luong' or 'bahdanau', got 'foo'"),
+    ("decode.batch_size=0", r"decode.batch_size=0 must be a whole number >= 1"),
+    ("decode.max_src_len=1", r"decode.max_src_len=1 must be a whole number >= 2"),
+    ("decode.length_penalty=-1", r"decode.length_penalty=-1 must be a number >= 0"),
+])
+def test_a_bad_setting_fails_before_any_work(compose_cfg, tmp_path, override, message):
+    """Checked before the corpus is read and the tokenizers trained: nothing is left in the run folder (a bad
+    decoding setting used to surface at the first validation, a bad decoder style after SentencePiece training)."""
+    with pytest.raises(ValueError, match=message):
+        train(compose_cfg([*TINY, "train.max_steps=4", "train.lr_scheduler=budget", override]), tmp_path / "run")
     assert not (tmp_path / "run").exists()
 
 
@@ -109,7 +116,7 @@ def test_stopping_before_the_budget_ends_and_a_changed_budget_on_resume_are_repo
     first, resumed = tmp_path / "first", tmp_path / "resumed"
     caplog.set_level("INFO", logger="nmt")  # nmt.training and nmt.state
     train(compose_cfg([*TINY, "train.max_steps=4", "train.lr_scheduler=budget", "train.keep_best=0"]), first)
-    assert "after 100% of the learning-rate budget" not in caplog.text
+    assert "of the learning-rate budget" not in caplog.text  # the budget was used up: no warning
     caplog.clear()
     train(compose_cfg([*TINY, "train.max_steps=8", "train.lr_scheduler=budget", "train.keep_best=0",
                        f"train.resume={first}/checkpoints/last.pt"]), resumed)
