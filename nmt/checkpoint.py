@@ -239,8 +239,9 @@ def load_payload(path: str | Path, map_location: str | torch.device = "cpu") -> 
 def run_model(path: str | Path) -> Path:
     """The checkpoint file that ``path`` names: ``path`` itself, or for a run folder (one with ``checkpoints/``)
     the model its final evaluation scored (``eval/test.scores.json`` or ``eval/valid.scores.json`` record it:
-    ``best.pt`` or ``averaged.pt``), else its ``checkpoints/best.pt``, so ``checkpoint=RUN`` translates with the
-    model behind the run's reported BLEU.
+    ``best.pt`` or ``averaged.pt``) unless ``best.pt`` is newer than that file (the run was resumed and has not
+    finished again), else its ``checkpoints/best.pt``, so ``checkpoint=RUN`` translates with the model behind the
+    run's reported BLEU.
 
     Raises:
         CheckpointError: for a run folder that holds neither (training still running or stopped early: it names
@@ -255,8 +256,10 @@ def run_model(path: str | Path) -> Path:
             recorded = json.loads((path / "eval" / f"{split}.scores.json").read_text(encoding="utf-8"))["checkpoint"]
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if (folder / Path(str(recorded)).name).is_file():  # by name: the run folder may have moved since
-            return folder / Path(str(recorded)).name
+        chosen = folder / Path(str(recorded)).name  # by name: the run folder may have moved since
+        best = folder / "best.pt"
+        if chosen.is_file() and not (best.is_file() and best.stat().st_mtime > chosen.stat().st_mtime):
+            return chosen  # (a best.pt newer than the record: the run was resumed and has not finished again)
     if (folder / "best.pt").is_file():
         return folder / "best.pt"
     last = f"; its training state is {folder / 'last.pt'}" if (folder / "last.pt").is_file() else ""

@@ -73,8 +73,9 @@ def check_decoding(beam_size, n_best: int = 1, key: str = "decode.beam_size", de
     Raises ValueError, naming the setting, unless ``beam_size`` (the setting ``key``) is a whole number >= 1,
     ``n_best`` a whole number in ``[1, beam_size]`` (a beam of K keeps K hypotheses) and, when the ``decode`` node
     is given, ``batch_size`` a whole number >= 1, ``max_src_len`` a whole number >= 2 (a subword and ``</s>``),
-    ``length_penalty`` and ``max_len_a`` numbers >= 0, and ``max_len_b`` a whole number with
-    ``max_len_a + max_len_b >= 1`` (room for at least one subword).
+    ``length_penalty`` and ``max_len_a`` numbers >= 0, and ``max_len_b`` a number with
+    ``2 * max_len_a + max_len_b >= 2`` (the shortest source, a subword and ``</s>``, leaves room for a subword and
+    ``</s>``).
     """
     if not _whole(beam_size) or beam_size < 1:
         raise ValueError(f"{key}={beam_size} must be a whole number >= 1 (1 = greedy search)")
@@ -87,14 +88,15 @@ def check_decoding(beam_size, n_best: int = 1, key: str = "decode.beam_size", de
              "max_src_len": (_whole, 2, "a whole number >= 2 (subwords kept of a source, </s> included)"),
              "length_penalty": (_number, 0, "a number >= 0 (GNMT alpha; 0 = raw log-probability)"),
              "max_len_a": (_number, 0, "a number >= 0 (output limit: max_len_a * source length + max_len_b)"),
-             "max_len_b": (_whole, None, "a whole number (output limit: max_len_a * source length + max_len_b)")}
+             "max_len_b": (_number, None, "a number (output limit: max_len_a * source length + max_len_b)")}
     for name, (kind, least, what) in rules.items():
         value = decode.get(name)
         if not kind(value) or (least is not None and value < least):
             raise ValueError(f"decode.{name}={value} must be {what}")
-    if decode.max_len_a + decode.max_len_b < 1:
+    if 2 * decode.max_len_a + decode.max_len_b < 2:  # the shortest source is one subword and </s>
         raise ValueError(f"decode.max_len_a={decode.max_len_a} with decode.max_len_b={decode.max_len_b} leaves no "
-                         "room for a translation: max_len_a * source length + max_len_b must reach 1 or more")
+                         "room for a translation: max_len_a * source length + max_len_b (which counts </s>) must "
+                         "reach 2 for a source of 2 subwords")
 
 
 def translate_nbest(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sentences: list[str], decode,

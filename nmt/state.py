@@ -134,7 +134,8 @@ def restore(payload: dict, optimizer, scheduler, t) -> Progress:
         for group in optimizer.param_groups:
             group["lr"] = t.lr
         log.info("learning rate set to train.lr=%s from here", t.lr)
-    progress = Progress(**payload["progress"])
+    # a checkpoint from before validated_step was kept was written by a validation, or after a signal
+    progress = Progress(**{"validated_step": payload["progress"].get("step", 0), **payload["progress"]})
     torch.set_rng_state(payload["rng"]["torch"].cpu())
     if payload["rng"].get("cuda") and torch.cuda.is_available() and len(payload["rng"]["cuda"]) == \
             torch.cuda.device_count():

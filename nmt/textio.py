@@ -81,11 +81,11 @@ def check_writable(path: str | Path, key: str, folder: bool = False) -> None:
     """
     if str(path) == "-":
         return
-    target = Path(os.path.realpath(path))
-    if not folder and target.exists() and not target.is_file() and not target.is_dir():  # /dev/null, a pipe
-        if not os.access(target, os.W_OK):
+    if not folder and os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):
+        if not os.access(path, os.W_OK):  # /dev/null, /dev/stdout (a pipe's realpath does not exist), a FIFO
             raise TextFileError(f"{key}={path}: no permission to write to it")
         return
+    target = Path(os.path.realpath(path))
     parent = target if folder else target.parent
     while not parent.exists():
         parent = parent.parent
@@ -107,11 +107,11 @@ def atomic_write(path: str | Path, data: str | bytes) -> None:
         sys.stdout.flush()
         return
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    path = Path(os.path.realpath(path))
-    if path.exists() and not path.is_file():
-        with open(path, "wb") as handle:
+    if os.path.exists(path) and not os.path.isfile(path):  # before realpath: /dev/stdout on a pipe resolves to a
+        with open(path, "wb") as handle:                   # name that does not exist
             handle.write(payload)
         return
+    path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     umask = os.umask(0)

@@ -32,21 +32,36 @@ from nmt.final import final_evaluation
 from nmt.loss import label_smoothed_cross_entropy
 from nmt.schedule import BudgetDecay, check_schedule, make_optimizer
 from nmt.state import Progress, restore, resume_from, save_state
+from nmt.textio import atomic_write
 from nmt.tokenizer import PAD_ID, Tokenizer, train_spm
 
 log = logging.getLogger(__name__)
+
+
+SPM_SETTINGS = ("vocab_size", "model_type", "joint", "byte_fallback")  # what a SentencePiece model is trained with
 
 
 def prepare_tokenizers(tok_cfg, train: Parallel, spm_dir: Path) -> tuple[Tokenizer, Tokenizer]:
     """Train SentencePiece on the training split (joint or one per side), or reuse models already in ``spm_dir``;
     with ``restrict_vocab`` each side keeps only the pieces its training text uses (the checkpoint stores the lists).
 
+    The settings the models were trained with go to ``spm_dir/settings.json``.
+
     Raises:
-        ValueError: when a model already in ``spm_dir`` (from an earlier attempt in the same run folder) has
-            another size than ``tokenizer.vocab_size``.
+        ValueError: when models already in ``spm_dir`` (from an earlier attempt in the same run folder) were trained
+            with other settings (``settings.json``) than ``tok_cfg``.
     """
     names = ["joint", "joint"] if tok_cfg.joint else ["src", "tgt"]
     texts = {"joint": train.src + train.tgt, "src": train.src, "tgt": train.tgt}
+    wanted = {key: tok_cfg.get(key) for key in SPM_SETTINGS}
+    record = spm_dir / "settings.json"
+    if record.is_file() and any((spm_dir / f"{name}.model").is_file() for name in names):
+        used = json.loads(record.read_text(encoding="utf-8"))
+        if differ := [f"{key}={used.get(key)} (this run: {wanted[key]})" for key in SPM_SETTINGS
+                      if used.get(key) != wanted[key]]:
+            raise ValueError(f"{spm_dir} holds SentencePiece models of an earlier attempt in this run folder, trained "
+                             f"with tokenizer.{', tokenizer.'.join(differ)}: delete that spm/ folder or use a new "
+                             "run folder")
     for name in set(names):
         path = spm_dir / f"{name}.model"
         if not path.is_file():
@@ -54,12 +69,8 @@ def prepare_tokenizers(tok_cfg, train: Parallel, spm_dir: Path) -> tuple[Tokeniz
                      tok_cfg.vocab_size, len(texts[name]))
             train_spm(texts[name], path, tok_cfg.vocab_size, tok_cfg.model_type,
                       byte_fallback=tok_cfg.byte_fallback)
+            atomic_write(record, json.dumps(wanted) + "\n")
     src_tok, tgt_tok = Tokenizer.load(spm_dir / f"{names[0]}.model"), Tokenizer.load(spm_dir / f"{names[1]}.model")
-    for name, tok in zip(names, (src_tok, tgt_tok)):  # models left by an earlier attempt in this run folder
-        if tok.sp.get_piece_size() != tok_cfg.vocab_size:
-            raise ValueError(f"{spm_dir / (name + '.model')} has {tok.sp.get_piece_size()} pieces but "
-                             f"tokenizer.vocab_size={tok_cfg.vocab_size}: it was trained by an earlier run in this "
-                             "folder; delete that spm/ folder or use a new run folder")
     if tok_cfg.get("restrict_vocab"):
         src_tok, tgt_tok = src_tok.restricted(train.src), tgt_tok.restricted(train.tgt)
         log.info("vocabularies restricted to the pieces each side uses: source %d, target %d", len(src_tok),
@@ -261,11 +272,12 @@ def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid
         progress.train_seconds = time.monotonic() - start
         if stop or progress.step % t.valid_every == 0:
             stop = validate(cfg, model, optimizer, scheduler, valid_pairs, valid, toks, run_dir, device,
-                            progress, meter.record()) or stop
+                            progress, meter.record() if meter.steps else {}) or stop
             meter.reset()  # validation time is not training time
         return stop
 
-    if stop := stop_reason(t, progress, progress.train_seconds):  # resumed at the end: nothing left to train
+    early = t.patience and progress.bad_validations >= t.patience and "early stopping (before the resume)"
+    if stop := stop_reason(t, progress, progress.train_seconds) or early:  # resumed at the end: nothing to train
         if progress.validated_step != progress.step:  # stopped by a signal on its last step: validate it now
             stop = check(stop)
         log.info("nothing left to train at step %d: %s", progress.step, stop)
@@ -348,7 +360,7 @@ def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, tok
     with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as handle:
         handle.write(json.dumps(record) + "\n")
     log.info("step %d: valid loss %.3f ppl %.2f BLEU %.2f (%.0f tok/s)", progress.step, valid_loss,
-             record["valid_ppl"], bleu, record["tokens_per_sec"])
+             record["valid_ppl"], bleu, record.get("tokens_per_sec", 0.0))
     improved = bleu > progress.best_bleu
     if improved:
         progress.best_bleu, progress.best_step, progress.bad_validations = bleu, progress.step, 0

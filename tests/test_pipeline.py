@@ -106,7 +106,7 @@ def toks(run_dir):
 
 def test_run_layout(run_dir):
     assert (run_dir / ".hydra" / "config.yaml").is_file()
-    assert sorted(p.name for p in (run_dir / "spm").iterdir()) == ["joint.model", "joint.vocab"]
+    assert sorted(p.name for p in (run_dir / "spm").iterdir()) == ["joint.model", "joint.vocab", "settings.json"]
     leftovers = [p for p in run_dir.rglob("*") if p.name.endswith(".tmp")]
     assert not leftovers, f"temporary files left behind: {leftovers}"
     # the log names the run folder when training starts and again, with the test BLEU, at the end

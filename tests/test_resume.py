@@ -125,14 +125,15 @@ def test_a_resume_applies_a_changed_rate_and_keeps_the_seed(compose_cfg, tmp_pat
     first, resumed = tmp_path / "first", tmp_path / "resumed"
     train(compose_cfg([*TINY, f"train.max_steps={N}"]), first)
     caplog.set_level("INFO", logger="nmt")
-    train(compose_cfg([*TINY, f"train.max_steps={2 * N}", "train.lr=0.0005", "train.lr_factor=0.3", "seed=7",
+    train(compose_cfg([*TINY, f"train.max_steps={2 * N}", "train.lr=0.0005", "train.lr_factor=0.3",
+                       "train.lr_patience=3", "seed=7",
                        f"train.resume={first}/checkpoints/last.pt"]), resumed)
     assert "train.lr was 0.001 when it was saved and is 0.0005 now" in caplog.text
     assert "learning rate set to train.lr=0.0005 from here" in caplog.text
     assert "seed=1234 comes from the checkpoint (this run: 7)" in caplog.text
     payload = torch.load(resumed / "checkpoints" / "last.pt", weights_only=True)
     assert [g["lr"] for g in payload["optimizer"]["param_groups"]] == [0.0005]
-    assert payload["scheduler"]["factor"] == 0.3 and payload["scheduler"]["patience"] == 2
+    assert payload["scheduler"]["factor"] == 0.3 and payload["scheduler"]["patience"] == 3
     assert payload["config"]["seed"] == 1234 and metrics(resumed)[-1]["lr"] == 0.0005
 
 
@@ -149,30 +150,39 @@ def test_a_finished_run_resumed_trains_no_further_but_validates_an_unvalidated_e
     assert f"nothing left to train at step {N}: max_steps={N} reached" in caplog.text
     assert [r["step"] for r in metrics(run)] == [N]  # no second validation of the same weights
     payload = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
+    del payload["progress"]["validated_step"]  # a checkpoint from before the key existed: validated at its step
+    torch.save(payload, run / "checkpoints" / "last.pt")
+    train(compose_cfg(cfg), run)
+    assert [r["step"] for r in metrics(run)] == [N]
     payload["progress"]["validated_step"] = N - 1  # as if a signal had stopped it right after step N
     torch.save(payload, run / "checkpoints" / "last.pt")
     train(compose_cfg(cfg), run)
     assert [r["step"] for r in metrics(run)] == [N, N] and last_state(run)[1]["step"] == N
+    assert "train_loss" not in metrics(run)[-1]  # no training window before it: no made-up loss or tokens/s
+    # a run that ended by early stopping is not trained further either (with the same patience)
+    payload["progress"].update(validated_step=N, bad_validations=2)
+    torch.save(payload, run / "checkpoints" / "last.pt")
+    caplog.clear()
+    train(compose_cfg([*TINY, f"train.max_steps={2 * N}", "train.keep_best=0", "train.patience=2"]), run)
+    assert last_state(run)[1]["step"] == N and "nothing left to train" in caplog.text
 
 
-def test_subword_models_left_in_the_run_folder_must_match_the_settings(compose_cfg, small_splits, spm_model,
-                                                                        tmp_path):
+def test_subword_models_left_in_the_run_folder_must_match_the_settings(compose_cfg, small_splits, tmp_path):
     """A run that died before its first checkpoint left spm/ behind; a rerun in that folder with another
-    tokenizer.vocab_size used to reuse the old model silently."""
-    import shutil
-
+    tokenizer.vocab_size used to reuse the old model silently. The same settings reuse it."""
     from nmt.training import prepare_tokenizers
 
-    (tmp_path / "spm").mkdir()
-    shutil.copy(spm_model, tmp_path / "spm" / "joint.model")
-    tok_cfg = compose_cfg(["tokenizer.vocab_size=900"]).tokenizer
-    with pytest.raises(ValueError, match=r"spm/joint\.model has 500 pieces but tokenizer\.vocab_size=900: it was "
-                                         r"trained by an earlier run in this folder; delete that spm/ folder"):
+    tok_cfg = compose_cfg(["tokenizer.vocab_size=500"]).tokenizer
+    first = prepare_tokenizers(tok_cfg, small_splits["train"], tmp_path / "spm")[0]
+    model = (tmp_path / "spm" / "joint.model").read_bytes()
+    tok_cfg.vocab_size, tok_cfg.model_type = 900, "unigram"
+    with pytest.raises(ValueError, match=r"spm holds SentencePiece models of an earlier attempt in this run folder, "
+                                         r"trained with tokenizer\.vocab_size=500 \(this run: 900\), "
+                                         r"tokenizer\.model_type=bpe \(this run: unigram\): delete that spm/ folder"):
         prepare_tokenizers(tok_cfg, small_splits["train"], tmp_path / "spm")
-    tok_cfg.vocab_size = 500
-    assert prepare_tokenizers(tok_cfg, small_splits["train"], tmp_path / "spm")[0].sp.get_piece_size() == 500
-
-
+    tok_cfg.vocab_size, tok_cfg.model_type = 500, "bpe"
+    again = prepare_tokenizers(tok_cfg, small_splits["train"], tmp_path / "spm")[0]
+    assert again.model_proto == first.model_proto == model
 def test_sigint_finishes_the_step_saves_last_and_says_how_to_resume(repo_root, tmp_path):
     run_dir = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}

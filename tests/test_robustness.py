@@ -274,6 +274,8 @@ def test_a_run_folder_means_the_model_its_final_evaluation_scored(tmp_path):
     assert run_model(run) == run / "checkpoints" / "best.pt"
     (run / "eval" / "test.scores.json").write_text("{not json")  # unreadable: the next record decides
     assert run_model(run) == run / "checkpoints" / "averaged.pt"
+    os.utime(run / "checkpoints" / "best.pt", (2e9, 2e9))  # resumed in the folder: best.pt newer than the record
+    assert run_model(run) == run / "checkpoints" / "best.pt"
     assert run_model(run / "checkpoints" / "last.pt") == run / "checkpoints" / "last.pt"
     assert run_model(tmp_path) == tmp_path  # not a run folder: checkpoint.load names it
 
@@ -364,6 +366,28 @@ def test_an_unreadable_input_or_unwritable_output_is_named(tmp_path):
         locked.chmod(0o700)
     check_writable(tmp_path / "a" / "b" / "out.en", "output")  # missing folders are created later: fine
     check_writable("/dev/null", "output")
+
+
+def test_decoding_settings_are_checked_with_the_shortest_source_in_mind():
+    from omegaconf import OmegaConf
+
+    from nmt.evaluate import check_decoding
+
+    base = {"batch_size": 64, "max_src_len": 250, "length_penalty": 0.6}
+    # the limit max_len_a * S + max_len_b is truncated to whole subwords; S >= 2 (a subword and </s>)
+    for a, b in ((1.5, 10), (2, -2), (1, 0), (0, 2), (1.5, 10.0)):  # room for a subword and </s>
+        check_decoding(5, 1, decode=OmegaConf.create({**base, "max_len_a": a, "max_len_b": b}))
+    for a, b in ((0, 1), (0.8, 0), (1.2, -1), (0, -3)):  # </s> first for a short source: an empty translation
+        with pytest.raises(ValueError, match=rf"decode.max_len_a={a} with decode.max_len_b={b} leaves no room"):
+            check_decoding(5, 1, decode=OmegaConf.create({**base, "max_len_a": a, "max_len_b": b}))
+
+
+def test_output_to_dev_stdout_on_a_pipe(repo_root):
+    """/dev/stdout resolves to a name like pipe:[123] that does not exist; it is written to, not refused."""
+    code = ("from nmt.textio import atomic_write, check_writable; check_writable('/dev/stdout', 'output'); "
+            "atomic_write('/dev/stdout', 'Ein Hund.\\n')")
+    proc = subprocess.run([sys.executable, "-c", code], check=False, cwd=repo_root, capture_output=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == b"Ein Hund.\n", proc.stderr.decode()
 
 
 def test_a_bad_threads_setting_is_named():
