@@ -10,7 +10,15 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from nmt import checkpoint
-from nmt.evaluate import check_decoding, check_npz_path, nbest_lines, save_alignments, score, translate_nbest
+from nmt.evaluate import (
+    at_length_limit,
+    check_decoding,
+    check_npz_path,
+    nbest_lines,
+    save_alignments,
+    score,
+    translate_nbest,
+)
 from nmt.normalize import Normalizer
 from nmt.plot import plot_npz
 from nmt.textio import TextFileError, atomic_write, check_writable, read_lines
@@ -70,6 +78,10 @@ def run(cfg: DictConfig) -> None:
     log.info("translated %d lines (%d empty) in %.1f s (%.1f sentences/s; %s loaded in %.1f s), beam size %d: %s",
              len(results), sum(not t.src_pieces for t in results), seconds, len(results) / max(seconds, 1e-9),
              path, loading, beam_size, "stdout" if cfg.output == "-" else cfg.output)
+    if cut := [i + 1 for i, t in enumerate(results) if at_length_limit(t, cfg.decode)]:
+        log.warning("%d line(s) stopped at the output length limit (decode.max_len_a * source length + "
+                    "decode.max_len_b) and may be cut short: lines %s%s", len(cut), ", ".join(map(str, cut[:10])),
+                    " ..." if len(cut) > 10 else "")
     if cfg.alignments:
         save_alignments(cfg.alignments, results)
         if cfg.plots:

@@ -23,6 +23,7 @@ import torch
 
 from nmt.checkpoint import CheckpointError, load_payload, write_payload
 from nmt.curves import read_curve
+from nmt.textio import check_writable
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ def average_checkpoints(paths: list[str | Path], out: str | Path) -> dict:
     payload = {"model": state, "config": first["config"], "spm": first["spm"],
                "averaged": {"checkpoints": names, "steps": [p.get("progress", {}).get("step") for p in payloads]}}
     write_payload(out, payload)
-    log.info("averaged %d checkpoints into %s", len(paths), out)
+    log.info("averaged %d checkpoint%s into %s", len(paths), "s" if len(paths) > 1 else "", out)
     return payload
 
 
@@ -149,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--{name} takes a number of checkpoints, at least 1 (got {getattr(args, name)})")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
+        check_writable(args.out, "--out")  # before loading anything
         if args.best or args.last:
             if len(args.inputs) != 1 or not Path(args.inputs[0]).is_dir():
                 parser.error("--best/--last take one run directory")
@@ -158,9 +160,11 @@ def main(argv: list[str] | None = None) -> int:
                             args.inputs[0], len(paths), args.best or args.last)
         else:
             paths = [Path(p) for p in args.inputs]
+        if len(paths) == 1:
+            log.warning("only one checkpoint (%s): the output is a weights-only copy of it", paths[0])
         average_checkpoints(paths, args.out)
-    except (CheckpointError, FileNotFoundError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
+    except (CheckpointError, OSError, ValueError) as error:  # OSError: not found, no permission
+        print(f"python -m nmt.average: error: {error}", file=sys.stderr)
         return 1
     print(f"wrote {args.out} (mean of {', '.join(str(p) for p in paths)})")
     return 0

@@ -212,7 +212,8 @@ def load_payload(path: str | Path, map_location: str | torch.device = "cpu") -> 
     path = Path(path)
     if path.is_dir():
         hint = (f": a run folder; pass one of its checkpoints, e.g. {path / 'checkpoints' / 'best.pt'}"
-                if (path / "checkpoints").is_dir() else "")
+                if (path / "checkpoints").is_dir() else
+                " (nor a run folder: it has no checkpoints/); give a .pt file written by train.py or its run folder")
         raise CheckpointError(f"{path} is a folder, not a checkpoint file{hint}")
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")

@@ -144,6 +144,16 @@ def translate_nbest(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sentences: li
     return results
 
 
+def at_length_limit(translation: Translation, decode) -> bool:
+    """Whether a translation stopped at the output length limit ``max_len_a * S + max_len_b`` (S: its source
+    subwords with ``</s>``, after any cut to ``max_src_len``; the limit counts ``</s>``), where ``</s>`` is forced,
+    so its end may be cut off."""
+    if not translation.src_pieces:
+        return False
+    limit = max(1, int(decode.max_len_a * len(translation.src_pieces) + decode.max_len_b))
+    return len(translation.hyp_pieces) >= limit
+
+
 def nbest_lines(nbest: list[list[Translation]]) -> str:
     """An n-best list in the Moses format, one block of lines per input line (0-based index ``i``, best first):
     ``i ||| hypothesis ||| log_prob= L length= N ||| score``, with L the log-probability in nats, N the

@@ -106,6 +106,10 @@ def test_command_line(three_checkpoints, tmp_path, capsys):
     torch.testing.assert_close(payload["model"][key], (states[0][key] + states[1][key]) / 2)
     assert main([str(tmp_path / "missing.pt"), "--out", str(tmp_path / "b.pt")]) == 1
     assert "missing.pt" in capsys.readouterr().err
+    # an --out that cannot be written is an error before any checkpoint is loaded (it was a traceback after)
+    assert main([str(p) for p in paths[:2]] + ["--out", str(tmp_path / "a.pt" / "x.pt")]) == 1
+    assert capsys.readouterr().err.strip() == (f"python -m nmt.average: error: --out={tmp_path}/a.pt/x.pt: "
+                                               f"{tmp_path}/a.pt is a file, not a folder")
     for bad in (["--best", "0"], ["--last", "-2"]):  # -2 used to average all but the two oldest
         with pytest.raises(SystemExit) as info:
             main([str(tmp_path), "--out", str(tmp_path / "c.pt"), *bad])

@@ -32,7 +32,7 @@ ALLOWED = {
     "state": {"checkpoint", "curves", "schedule", "textio"},  # Progress, last.pt/best.pt, resuming
     "final": {"average", "checkpoint", "data", "evaluate", "plot"},  # the end-of-run evaluation
     "training": {"average", "checkpoint", "data", "evaluate", "final", "loss", "schedule", "state", "textio", "tokenizer"},
-    "average": {"checkpoint", "curves"},  # curves.read_curve: the one reader of metrics.jsonl
+    "average": {"checkpoint", "curves", "textio"},  # curves.read_curve: the one reader of metrics.jsonl
     "align": {"alignment", "checkpoint", "data", "evaluate", "normalize", "search", "textio", "tokenizer"},
 }
 CONFIG_LIBRARIES = {"hydra", "omegaconf"}

@@ -278,6 +278,9 @@ def test_a_run_folder_means_the_model_its_final_evaluation_scored(tmp_path):
     assert run_model(run) == run / "checkpoints" / "best.pt"
     assert run_model(run / "checkpoints" / "last.pt") == run / "checkpoints" / "last.pt"
     assert run_model(tmp_path) == tmp_path  # not a run folder: checkpoint.load names it
+    with pytest.raises(CheckpointError, match=r"is a folder, not a checkpoint file \(nor a run folder: it has no "
+                                              r"checkpoints/\); give a \.pt file written by train\.py or its run folder"):
+        checkpoint.load(run / "eval")
 
 
 def test_translate_checks_the_reference_line_count_before_translating(repo_root, tmp_path):
@@ -380,6 +383,23 @@ def test_decoding_settings_are_checked_with_the_shortest_source_in_mind():
     for a, b in ((0, 1), (0.8, 0), (1.2, -1), (0, -3)):  # </s> first for a short source: an empty translation
         with pytest.raises(ValueError, match=rf"decode.max_len_a={a} with decode.max_len_b={b} leaves no room"):
             check_decoding(5, 1, decode=OmegaConf.create({**base, "max_len_a": a, "max_len_b": b}))
+
+
+def test_translations_that_stop_at_the_length_limit_are_flagged(loaded, compose_cfg):
+    """translate.py warns about them (lines cut short by max_len_a / max_len_b used to pass silently)."""
+    from nmt.evaluate import Translation, at_length_limit
+
+    model, _, src_tok, tgt_tok, _ = loaded
+    lines = ["Ein Hund läuft über die Wiese.", "", "Zwei Männer spielen Fußball im Park."]
+    decode = compose_cfg([*TINY, "decode.max_len_a=0", "decode.max_len_b=2"]).decode
+    out = translate(model, src_tok, tgt_tok, lines, decode, "cpu", beam_size=1)
+    assert [at_length_limit(t, decode) for t in out] == [True, False, True]
+    assert [len(t.hyp_pieces) for t in out[::2]] == [2, 2]  # one subword and the forced </s>
+    decode = compose_cfg([*TINY, "decode.max_len_a=1.5", "decode.max_len_b=1"]).decode  # limit int(1.5*4+1) = 7
+    src = ["▁Ein", "▁Hund", ".", "</s>"]
+    for n, flagged in ((6, False), (7, True)):
+        hyp = Translation("x", src, ["▁a"] * (n - 1) + ["</s>"], np.zeros((n, 4), dtype=np.float32), 0.0)
+        assert at_length_limit(hyp, decode) is flagged
 
 
 def test_output_to_dev_stdout_on_a_pipe(repo_root):
