@@ -22,7 +22,7 @@ import torch
 
 from nmt.alignment import pharaoh_line
 from nmt.data import collate
-from nmt.search import beam, greedy
+from nmt.search import beam, greedy, max_lengths
 from nmt.textio import atomic_write
 from nmt.tokenizer import Tokenizer
 
@@ -150,8 +150,8 @@ def at_length_limit(translation: Translation, decode) -> bool:
     so its end may be cut off."""
     if not translation.src_pieces:
         return False
-    limit = max(1, int(decode.max_len_a * len(translation.src_pieces) + decode.max_len_b))
-    return len(translation.hyp_pieces) >= limit
+    src_mask = torch.ones(1, len(translation.src_pieces), dtype=torch.bool)
+    return len(translation.hyp_pieces) >= int(max_lengths(src_mask, decode.max_len_a, decode.max_len_b)[0])
 
 
 def nbest_lines(nbest: list[list[Translation]]) -> str:

@@ -276,8 +276,7 @@ def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid
             meter.reset()  # validation time is not training time
         return stop
 
-    early = t.patience and progress.bad_validations >= t.patience and "early stopping (before the resume)"
-    if stop := stop_reason(t, progress, progress.train_seconds) or early:  # resumed at the end: nothing to train
+    if stop := stop_reason(t, progress, progress.train_seconds) or patience_spent(t, progress):  # resumed at the end
         if progress.validated_step != progress.step:  # stopped by a signal on its last step: validate it now
             stop = check(stop)
         log.info("nothing left to train at step %d: %s", progress.step, stop)
@@ -375,8 +374,13 @@ def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, tok
     if cfg.train.get("keep_best"):
         keep_step_checkpoint(cfg, model, toks, run_dir, progress)
     save_state(run_dir / "checkpoints" / "last.pt", cfg, model, optimizer, scheduler, toks, progress)
-    if cfg.train.patience and progress.bad_validations >= cfg.train.patience:
-        return f"no validation BLEU gain in {cfg.train.patience} validations (early stopping)"
+    return patience_spent(cfg.train, progress)
+
+
+def patience_spent(t, progress: Progress) -> str | None:
+    """The early-stopping reason once ``train.patience`` validations in a row brought no BLEU gain, else None."""
+    if t.patience and progress.bad_validations >= t.patience:
+        return f"no validation BLEU gain in {t.patience} validations (early stopping)"
     return None
 
 
