@@ -22,6 +22,7 @@ import sentencepiece as spm
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
 _SPACES = re.compile(" {2,}")
+_LINE_BREAKS = re.compile("[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")  # what str.splitlines() splits on
 
 
 def train_spm(
@@ -198,10 +199,11 @@ class Tokenizer:
         """Ids -> detokenized text; pad/bos/eos ids are dropped, byte pieces are joined into characters, and the
         spaces of bare "▁" pieces that nothing continues are collapsed (a generated ``["▁Ein", "▁", "▁Mann", "▁"]``
         reads "Ein Mann", two words, as :func:`nmt.alignment.words_from_pieces` counts them). A generated line
-        break (the byte pieces ``<0x0A>``/``<0x0D>``, kept in every vocabulary by byte fallback) becomes a space, so
-        a translation is always one line and output files keep one line per input line."""
+        break (the byte pieces ``<0x0A>``/``<0x0D>``, kept in every vocabulary by byte fallback, or any other
+        character that ``str.splitlines`` breaks at: ``\v``, ``\f``, U+001C-U+001E, U+0085, U+2028, U+2029) becomes
+        a space, so a translation is always one line and output files keep one line per input line."""
         text = self.sp.decode(self._spm_ids(i for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)))
-        return _SPACES.sub(" ", text.replace("\r", " ").replace("\n", " ")).strip(" ")
+        return _SPACES.sub(" ", _LINE_BREAKS.sub(" ", text)).strip(" ")
 
     def pieces(self, ids: Iterable[int]) -> list[str]:
         """Ids -> piece strings (``"▁Ein"``, ``"</s>"``), the labels used for alignment matrices and plots."""

@@ -199,3 +199,13 @@ def test_a_generated_line_break_is_a_space(tokenizer):
     assert UNK_ID not in (newline, cr, ein, mann)
     assert tokenizer.decode([ein, newline, mann, EOS_ID]) == "Ein Mann"
     assert tokenizer.decode([ein, cr, newline, mann, newline]) == "Ein Mann"
+
+
+@pytest.mark.parametrize("char", ["\v", "\f", "\x1c", "\x85", "\u2028", "\u2029"])
+def test_every_character_that_splitlines_breaks_at_is_a_space(tokenizer, char):
+    """Not only \\n: tools that read with str.splitlines() break lines at these too (from byte pieces)."""
+    pieces = [tokenizer.piece_to_id(f"<0x{b:02X}>") for b in char.encode("utf-8")]
+    ein, mann = tokenizer.piece_to_id("\u2581Ein"), tokenizer.piece_to_id("\u2581Mann")
+    assert UNK_ID not in (*pieces, ein, mann)
+    text = tokenizer.decode([ein, *pieces, mann, EOS_ID])
+    assert text == "Ein Mann" and len(text.splitlines()) == 1
