@@ -121,7 +121,8 @@ def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Se
                       decoder_layers=m.decoder_layers, pad_id=PAD_ID)
     decoder = Decoder(tgt_vocab_size, m.emb_size, m.hidden_size, instantiate(cfg.attention),
                       num_layers=m.decoder_layers, dropout=m.dropout, style=cfg.decoder.style, pad_id=PAD_ID,
-                      tie_embeddings=m.get("tie_embeddings", False))
+                      tie_embeddings=m.get("tie_embeddings", False),
+                      input_feeding=cfg.decoder.get("input_feeding", True))
     return Seq2Seq(encoder, decoder)
 
 
@@ -234,7 +235,15 @@ def load_payload(path: str | Path, map_location: str | torch.device = "cpu") -> 
     missing = {"model", "config", "spm"} - set(payload) if isinstance(payload, dict) else {"model"}
     if missing:
         raise CheckpointError(f"{path} is not an nmt checkpoint: it lacks {sorted(missing)}")
+    for (section, key), value in ADDED_SETTINGS.items():  # checkpoints written before a setting existed
+        if isinstance(payload["config"], dict) and isinstance(payload["config"].get(section), dict):
+            payload["config"][section].setdefault(key, value)
     return payload
+
+
+# Settings added after checkpoints were first written, with the value that reproduces the older models: a
+# checkpoint without them gets them on loading, so resuming or averaging it compares like with like.
+ADDED_SETTINGS = {("decoder", "input_feeding"): True}
 
 
 def run_model(path: str | Path) -> Path:

@@ -52,7 +52,7 @@ def final_evaluation(cfg, splits: dict[str, Parallel], run_dir: Path, device, be
             scores = score([h.text for h in hyps], splits[split].tgt)
             scores.update(beam_size=beam_size or cfg.decode.beam_size, length_penalty=cfg.decode.length_penalty,
                           attention=cfg.attention._target_.rsplit(".", 1)[-1], decoder_style=cfg.decoder.style,
-                          checkpoint=str(path), split=split, decoder=name)
+                          input_feeding=model.decoder.input_feeding, checkpoint=str(path), split=split, decoder=name)
             main = name != "greedy" or len(decoders) == 1
             out = run_dir / "eval" / ("" if main else "greedy") / split
             save_results(out, hyps, scores)

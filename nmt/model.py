@@ -166,6 +166,13 @@ class Decoder(nn.Module):
     ``tie_embeddings=True``: then W_s is the target embedding matrix E (Press and Wolf 2017; Inan et al. 2017),
     which also halves the cost of the output layer, the largest matrix product of a training step.
 
+    style ``"luong"`` with ``input_feeding=False`` (Luong et al. 2015, §3 without §3.3; OpenNMT's
+    ``input_feed 0``): h_t = GRU(E y_{t-1}, h_{t-1}), the rest as above. The recurrence then does not depend on
+    attention, so teacher-forced :meth:`forward` steps only the GRU stack through T and then attends with all T
+    queries at once (``[B, T, H]``), and the output h_t no longer passes on to later steps what was attended to
+    (Luong et al. found input feeding worth about +1 BLEU). On 2 CPU cores it trains no faster than input feeding
+    (bench/speed.py: the step is compute-bound, and the ``[B, T, S, A]`` additive energies cost memory instead).
+
     With ``num_layers > 1`` the GRU is a stack with dropout between layers; the top layer's state is the query.
     The first layer's input projection of the embeddings (``W_ih[:, :E] E y``) needs no recurrence, so
     :meth:`forward` computes it for all target steps in one matrix product before the loop.
@@ -174,24 +181,33 @@ class Decoder(nn.Module):
         attention: a factory called as ``attention(query_size=H, key_size=H)`` returning an
             :class:`nmt.attention.Attention` (Hydra's ``_partial_: true`` objects are such factories).
         tie_embeddings: share the target embeddings with the output projection W_s (readout size E).
+        input_feeding: feed h̃_{t-1} to the GRU (Luong §3.3); only ``False`` with style ``"luong"`` changes
+            anything (Bahdanau's decoder feeds the context vector c_t by definition).
 
     Raises:
-        ValueError: for an unknown style.
+        ValueError: for an unknown style, or ``input_feeding=False`` with style ``"bahdanau"``.
     """
 
     def __init__(self, vocab_size: int, emb_size: int, hidden_size: int, attention: AttentionFactory,
                  num_layers: int = 1, dropout: float = 0.3, style: str = "luong", pad_id: int = 0,
-                 tie_embeddings: bool = False):
+                 tie_embeddings: bool = False, input_feeding: bool = True):
         super().__init__()
         if style not in ("luong", "bahdanau"):
             raise ValueError(f"decoder.style must be 'luong' or 'bahdanau', got {style!r}")
+        if not isinstance(input_feeding, bool):
+            raise ValueError(f"decoder.input_feeding must be true or false, got {input_feeding!r}")  # noqa: TRY004 (a config value)
+        if style == "bahdanau" and not input_feeding:
+            raise ValueError("decoder.input_feeding=false needs decoder.style=luong: Bahdanau's decoder feeds the "
+                             "context vector c_t to its GRU by definition")
         self.style = style
+        self.input_feeding = input_feeding
         self.hidden_size = hidden_size
         self.emb_size = emb_size
         self.readout_size = emb_size if tie_embeddings else hidden_size  # R
         self.embed = nn.Embedding(vocab_size, emb_size, padding_idx=pad_id)
         self.dropout = nn.Dropout(dropout)
-        feed_size = self.readout_size if style == "luong" else hidden_size  # h̃_{t-1} or c_t
+        self._no_feed = style == "luong" and not input_feeding
+        feed_size = 0 if self._no_feed else self.readout_size if style == "luong" else hidden_size  # h̃_{t-1}, c_t
         self.cells = nn.ModuleList(
             nn.GRUCell(emb_size + feed_size if i == 0 else hidden_size, hidden_size) for i in range(num_layers)
         )
@@ -210,7 +226,8 @@ class Decoder(nn.Module):
 
     def init_state(self, hidden: torch.Tensor) -> DecoderState:
         """Initial state from the encoder bridge ``[L, B, H]``; the input feed starts at zeros."""
-        feed = hidden.new_zeros(hidden.size(1), self.readout_size if self.style == "luong" else 0)
+        fed = self.style == "luong" and self.input_feeding
+        feed = hidden.new_zeros(hidden.size(1), self.readout_size if fed else 0)
         return DecoderState(hidden, feed)
 
     def _embed_gates(self, emb: torch.Tensor) -> torch.Tensor:
@@ -243,7 +260,7 @@ class Decoder(nn.Module):
         new = []
         for i, cell in enumerate(self.cells):
             if i == 0:
-                gi = emb_gates + linears("W_if", feed, self._feed_weight)  # [B, 3H]
+                gi = emb_gates if feed.size(-1) == 0 else emb_gates + linears("W_if", feed, self._feed_weight)
                 gh = linears("W_hh", hidden[0], cell.weight_hh, cell.bias_hh)  # [B, 3H]
                 h = _gru_update(gi, gh, hidden[0])  # [B, H]
             else:
@@ -283,7 +300,7 @@ class Decoder(nn.Module):
             hidden = self._stack(emb_gates, state.input_feed, state.hidden, linears)  # [L, B, H]
             context, weights = self._attend(hidden[-1], memory)
             h_tilde = torch.tanh(linears("W_c", torch.cat([context, hidden[-1]], dim=1), self.combine.weight))  # [B, R]
-            return h_tilde, DecoderState(hidden, h_tilde), weights
+            return h_tilde, DecoderState(hidden, h_tilde if self.input_feeding else state.input_feed), weights
         context, weights = self._attend(state.hidden[-1], memory)
         hidden = self._stack(emb_gates, context, state.hidden, linears)  # [L, B, H]
         return torch.cat([hidden[-1], context, emb], dim=-1), DecoderState(hidden, state.input_feed), weights
@@ -329,6 +346,15 @@ class Decoder(nn.Module):
         features, weights = [], []
         # Weight gradients of the per-step products: one product over all steps in backward (StepLinears).
         linears = StepLinears(deferred=torch.is_grad_enabled() and self.training)
+        if self._no_feed:  # no input feeding: only the GRU steps; attention and W_c take all T queries at once
+            hidden = state.hidden
+            for gates_t in emb_gates.unbind(1):
+                hidden = self._stack(gates_t, state.input_feed, hidden, linears)  # [L, B, H]
+                features.append(hidden[-1])
+            out = torch.stack(features, dim=1)  # [B, T, H] top-layer states h_t
+            context, weights = self.attention(out, memory.keys, memory.mask, memory.prepared)  # [B, T, H], [B, T, S]
+            h_tilde = torch.tanh(self.combine(torch.cat([context, out], dim=-1)))  # [B, T, R] (eq. 5)
+            return self._readout(h_tilde), weights
         # unbind, not emb_gates[:, t]: the backward of an index is a zero-filled [B, T, 3H] tensor per step
         # (quadratic in T); the backward of unbind is one stack of the step gradients.
         for gates_t, emb_t in zip(emb_gates.unbind(1), emb.unbind(1)):

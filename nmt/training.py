@@ -122,7 +122,8 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = ()) -> dict:
     valid_pairs = encode_pairs(splits["valid"], *toks)
     log.info("model: %.2fM parameters, attention=%s, decoder=%s, device=%s; %d training pairs; run folder %s",
              sum(p.numel() for p in model.parameters()) / 1e6, type(model.decoder.attention).__name__,
-             cfg.decoder.style, device, len(train_pairs), run_dir.resolve())
+             cfg.decoder.style + ("" if model.decoder.input_feeding else " without input feeding"), device,
+             len(train_pairs), run_dir.resolve())
     optimizer, scheduler = make_optimizer(model, cfg)
     progress = Progress() if payload is None else restore(payload, optimizer, scheduler, cfg.train)
     stop = train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, splits["valid"], toks, run_dir,

@@ -87,6 +87,26 @@ def test_same_shapes_but_another_model_or_other_subwords_are_refused(three_check
     assert not (tmp_path / "out.pt").exists()
 
 
+def test_checkpoints_from_before_input_feeding_was_a_setting_load_and_average(three_checkpoints, compose_cfg,
+                                                                              tokenizer, tmp_path):
+    """A checkpoint whose config has no decoder.input_feeding (written before the setting existed) is an input
+    feeding model: it loads as one and averages with a new one; a model without input feeding is refused."""
+    _, paths, _ = three_checkpoints
+    old = tmp_path / "old.pt"
+    payload = torch.load(paths[1], weights_only=True)
+    del payload["config"]["decoder"]["input_feeding"]
+    torch.save(payload, old)
+    assert checkpoint.load_payload(old)["config"]["decoder"]["input_feeding"] is True
+    assert checkpoint.load(old)[0].decoder.input_feeding is True
+    average_checkpoints([paths[0], old], tmp_path / "out.pt")
+    cfg = compose_cfg([*SMALL, "decoder.input_feeding=false"])
+    nofeed = tmp_path / "nofeed.pt"
+    checkpoint.save(nofeed, checkpoint.build_model(cfg, len(tokenizer), len(tokenizer)), cfg, tokenizer, tokenizer)
+    assert checkpoint.load(nofeed)[0].decoder.input_feeding is False
+    with pytest.raises(CheckpointError, match="nofeed.pt"):
+        average_checkpoints([old, nofeed], tmp_path / "out2.pt")
+
+
 def test_select_best_by_validation_bleu_and_last_by_step(three_checkpoints, tmp_path):
     assert len(three_checkpoints[1]) == 3  # step_10, step_20, step_30 in tmp_path/checkpoints
     records = [{"step": 10, "valid_bleu": 5.0}, {"step": 20, "valid_bleu": 7.5}, {"step": 30, "valid_bleu": 6.0}]

@@ -37,6 +37,13 @@ def test_untied_model_counts_the_full_readout(speed, compose_cfg):
     assert parts["attention"] == 2 * 10 * 512
 
 
+def test_luong_without_input_feeding_counts_no_feed_input(speed, compose_cfg):
+    parts = speed.flops_per_target_token(compose_cfg(["decoder.input_feeding=false"]), 5575, 4403,
+                                         src_per_tgt=1.0, mean_src_len=10.0)["macs_forward"]
+    assert parts["decoder GRU"] == 3 * 512 * (256 + 512)  # the GRU reads E y_{t-1} only
+    assert parts["readout"] == 2 * 512 * 256
+
+
 def test_peer_results_are_parsed_from_the_peer_scripts_files(speed, tmp_path):
     """The formats written by ../shared/bench/peers (throughput.py, run.sh eval, /usr/bin/time -v)."""
     (tmp_path / "throughput.txt").write_text(

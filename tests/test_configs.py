@@ -50,6 +50,19 @@ def test_attention_and_style_instantiate(compose_cfg, attention, style):
     assert (weights[~src_mask.unsqueeze(1).expand_as(weights)] == 0).all()
 
 
+@pytest.mark.parametrize("attention", ATTENTIONS)
+def test_luong_without_input_feeding_instantiates(compose_cfg, attention):
+    cfg = compose_cfg([f"attention={attention}", "decoder.input_feeding=false", *SMALL])
+    model = build_model(cfg, V_SRC, V_TGT)
+    assert model.decoder.style == "luong" and model.decoder.input_feeding is False
+    logits_shape, weights_shape, weights, src_mask = forward_shapes(model)
+    assert logits_shape == (3, 4, V_TGT) and weights_shape == (3, 4, 5)
+    assert (weights[~src_mask.unsqueeze(1).expand_as(weights)] == 0).all()
+    assert compose_cfg(SMALL).decoder.input_feeding is True  # the default is Luong's input feeding
+    with pytest.raises(ValueError, match="needs decoder.style=luong"):
+        build_model(compose_cfg(["decoder.style=bahdanau", "decoder.input_feeding=false", *SMALL]), V_SRC, V_TGT)
+
+
 @pytest.mark.parametrize("score", ["general", "dot", "additive"])
 def test_local_p_scores(compose_cfg, score):
     cfg = compose_cfg(["attention=local_p", f"attention.score={score}", "attention.window=2", *SMALL])

@@ -21,10 +21,19 @@ ATTENTIONS = {
 
 
 
+STYLES = ["luong", "luong_nofeed", "bahdanau"]  # luong_nofeed: style luong with input_feeding=False
+
+
+def decoder_style(style):
+    """A test style name -> Decoder keyword arguments."""
+    return {"style": "luong", "input_feeding": False} if style == "luong_nofeed" else {"style": style}
+
+
 def build(style="luong", num_layers=1, attention="additive", enc_layers=1, dropout=0.3, seed=0, h=H, e=E):
     torch.manual_seed(seed)
     encoder = Encoder(V, e, h, num_layers=enc_layers, dropout=dropout, decoder_layers=num_layers)
-    decoder = Decoder(V, e, h, ATTENTIONS[attention], num_layers=num_layers, dropout=dropout, style=style)
+    decoder = Decoder(V, e, h, ATTENTIONS[attention], num_layers=num_layers, dropout=dropout,
+                      **decoder_style(style))
     return Seq2Seq(encoder, decoder)
 
 
@@ -96,7 +105,7 @@ def test_unknown_decoder_style_raises():
 
 @pytest.mark.parametrize("attention", list(ATTENTIONS))
 @pytest.mark.parametrize("num_layers", [1, 2])
-@pytest.mark.parametrize("style", ["luong", "bahdanau"])
+@pytest.mark.parametrize("style", STYLES)
 def test_forward_shapes_and_zero_alignment_on_padding(style, num_layers, attention):
     model = build(style, num_layers, attention).eval()
     lengths = [4, 7, 2]
@@ -118,7 +127,7 @@ def test_forward_shapes_and_zero_alignment_on_padding(style, num_layers, attenti
 
 @pytest.mark.parametrize("attention", ["additive", "local_p"])
 @pytest.mark.parametrize("num_layers", [1, 2])
-@pytest.mark.parametrize("style", ["luong", "bahdanau"])
+@pytest.mark.parametrize("style", STYLES)
 def test_teacher_forcing_equals_stepping(style, num_layers, attention):
     model = build(style, num_layers, attention).eval()
     src, mask = padded([5, 3, 8], S=9)
@@ -133,7 +142,7 @@ def test_teacher_forcing_equals_stepping(style, num_layers, attention):
 
 
 @pytest.mark.parametrize("attention", list(ATTENTIONS))
-@pytest.mark.parametrize("style", ["luong", "bahdanau"])
+@pytest.mark.parametrize("style", STYLES)
 def test_step_with_shared_memory_equals_step_with_copied_memory(style, attention):
     """K decoder rows per sentence can share its memory (beam search) instead of K copies of it."""
     model, K = build(style, 1, attention).eval(), 4
@@ -155,7 +164,7 @@ def test_step_with_shared_memory_equals_step_with_copied_memory(style, attention
         model.decoder.step(y[:-1], state.select(torch.arange(3 * K - 1)), memory)
 
 
-@pytest.mark.parametrize("style", ["luong", "bahdanau"])
+@pytest.mark.parametrize("style", STYLES)
 def test_query_is_the_state_the_style_prescribes(style):
     """Luong attends with h_t (which has read y_{t-1}); Bahdanau with s_{t-1} (which has not)."""
     model = build(style, 1, "additive", dropout=0.0).eval()
@@ -168,11 +177,11 @@ def test_query_is_the_state_the_style_prescribes(style):
         _, align_b = model(src, mask, tgt_b)
     torch.testing.assert_close(align_a[:, :2], align_b[:, :2], atol=0, rtol=0)
     step2_moves = float((align_a[:, 2] - align_b[:, 2]).abs().max()) > 1e-6
-    assert step2_moves == (style == "luong")
+    assert step2_moves == (style != "bahdanau")
     assert float((align_a[:, 3] - align_b[:, 3]).abs().max()) > 1e-6  # both see y_2 one step later
 
 
-@pytest.mark.parametrize("style", ["luong", "bahdanau"])
+@pytest.mark.parametrize("style", STYLES)
 def test_dropout_is_off_in_eval_and_on_in_train(style):
     model = build(style, 2, "additive", dropout=0.5)
     src, mask = padded([5, 3], S=5)
@@ -188,7 +197,7 @@ def test_dropout_is_off_in_eval_and_on_in_train(style):
     assert float((a - c).abs().max()) > 1e-4
 
 
-@pytest.mark.parametrize("style", ["luong", "bahdanau"])
+@pytest.mark.parametrize("style", STYLES)
 def test_one_small_batch_overfits(style):
     model = build(style, 1, "additive", dropout=0.0, h=32, e=16, seed=0)
     lengths = [6, 4, 7, 3, 5, 7, 2, 6]
@@ -238,3 +247,31 @@ def test_deferred_weight_gradients_equal_plain_autograd(style, num_layers, tie, 
     for name in plain:
         torch.testing.assert_close(deferred[name], plain[name], rtol=1e-5, atol=1e-6, msg=name)
     assert plain["decoder.cells.0.weight_hh"].abs().sum() > 0
+
+
+def test_without_input_feeding_the_recurrence_ignores_attention():
+    """Luong without input feeding (§3 without §3.3): the decoder GRU reads only y_{t-1}, so its states do not
+    depend on the source beyond the initial state (teacher forcing == stepping is tested above)."""
+    model = build("luong_nofeed", 2, "additive").eval()
+    assert not model.decoder.input_feeding and model.decoder.cells[0].input_size == E  # y_{t-1} only
+    src_a, mask_a = padded([5, 3], S=6, seed=1)
+    src_b, mask_b = padded([6, 2], S=6, seed=7)
+    tgt_in = random_tgt_in(2, 5)
+    with torch.no_grad():
+        mem_a, state = model.encode(src_a, mask_a)
+        mem_b, _ = model.encode(src_b, mask_b)
+        state_a = state_b = state
+        for t in range(5):
+            logits_a, state_a, w_a = model.decoder.step(tgt_in[:, t], state_a, mem_a)
+            logits_b, state_b, w_b = model.decoder.step(tgt_in[:, t], state_b, mem_b)
+            torch.testing.assert_close(state_a.hidden, state_b.hidden, atol=0, rtol=0)
+            assert state_a.input_feed.shape == (2, 0)
+        assert float((w_a[:, :2] - w_b[:, :2]).abs().max()) > 1e-4  # other sources, other alignments
+        assert float((logits_a - logits_b).abs().max()) > 1e-4  # and the output still depends on attention
+
+
+def test_input_feeding_false_needs_luong():
+    with pytest.raises(ValueError, match="input_feeding=false needs decoder.style=luong"):
+        Decoder(V, E, H, ATTENTIONS["additive"], style="bahdanau", input_feeding=False)
+    with pytest.raises(ValueError, match="true or false"):
+        Decoder(V, E, H, ATTENTIONS["additive"], input_feeding="no")

@@ -36,7 +36,7 @@ TRAIN_OVERRIDES = [
 METRIC_KEYS = {"step", "epoch", "train_loss", "valid_loss", "valid_ppl", "valid_bleu", "lr", "tokens_per_sec",
                "elapsed_sec"}
 SCORE_KEYS = {"bleu", "chrf", "bleu_signature", "chrf_signature", "num_sentences", "beam_size", "length_penalty",
-              "attention", "decoder_style", "checkpoint"}
+              "attention", "decoder_style", "input_feeding", "checkpoint"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 EVAL_DIRS = {"eval": BEAM, "eval/greedy": 1}
 STEMS = {"valid": "val", "test": "test_2016_flickr"}
@@ -186,7 +186,7 @@ def test_eval_artifacts(run_dir, references, toks, final_checkpoint, folder, spl
     assert scores["bleu_lowercase"] == pytest.approx(lowercased, abs=0.01) and scores["bleu_lowercase"] >= scores["bleu"]
     assert scores["bleu_lowercase_signature"].startswith("nrefs:1|case:lc|")
     assert scores["num_sentences"] == EVAL_LIMIT and scores["beam_size"] == EVAL_DIRS[folder]
-    assert (scores["attention"], scores["decoder_style"]) == ("Additive", "luong")
+    assert (scores["attention"], scores["decoder_style"], scores["input_feeding"]) == ("Additive", "luong", True)
     assert scores["checkpoint"] == final_checkpoint
 
     arrays, records = load_alignments(prefix.with_name(f"{split}.alignments.npz"))

@@ -18,6 +18,7 @@ ATTENTIONS = {
     "local_p": functools.partial(LocalP, window=2),
 }
 LENGTHS = [4, 9, 1, 6, 3, 7]  # source lengths with EOS; one sentence is EOS alone
+STYLES = ["luong", "luong_nofeed", "bahdanau"]
 
 
 
@@ -27,7 +28,9 @@ def build(style="luong", attention="additive", seed=0, V=12, sharpen=3.0, eos_bi
     (a flat model makes every search a near-tie); ``eos_bias`` is added to EOS's logit."""
     torch.manual_seed(seed)
     encoder = Encoder(V, E, H, num_layers=1, dropout=0.3, decoder_layers=1)
-    decoder = Decoder(V, E, H, ATTENTIONS[attention], num_layers=1, dropout=0.3, style=style)
+    feeding = style != "luong_nofeed"  # luong_nofeed: style luong with input_feeding=False
+    decoder = Decoder(V, E, H, ATTENTIONS[attention], num_layers=1, dropout=0.3,
+                      style="luong" if style == "luong_nofeed" else style, input_feeding=feeding)
     model = Seq2Seq(encoder, decoder).eval()
     with torch.no_grad():
         decoder.generator.weight.mul_(sharpen)
@@ -67,7 +70,7 @@ def check_hypothesis(h, s_len, max_len_a, max_len_b, alpha=0.0):
 
 
 @pytest.mark.parametrize("attention", ["additive", "local_p"])
-@pytest.mark.parametrize("style", ["luong", "bahdanau"])
+@pytest.mark.parametrize("style", STYLES)
 def test_beam_one_equals_greedy(style, attention):
     src, mask = padded(LENGTHS, S=11)
     lengths_seen = set()
@@ -83,7 +86,7 @@ def test_beam_one_equals_greedy(style, attention):
     assert len(lengths_seen) >= 3, "the models should produce hypotheses of various lengths"
 
 
-@pytest.mark.parametrize("style", ["luong", "bahdanau"])
+@pytest.mark.parametrize("style", STYLES)
 def test_input_gate_table_gives_the_same_search(style):
     """decoder.input_gate_table() [V, 3H] replaces the per-step gate product; it is used, and changes nothing."""
     model = build(style, "additive", seed=1)
@@ -107,9 +110,9 @@ def test_input_gate_table_gives_the_same_search(style):
 
 
 @pytest.mark.parametrize("search", ["greedy", "beam5"])
-@pytest.mark.parametrize("style", ["luong", "bahdanau"])
+@pytest.mark.parametrize("style", STYLES)
 def test_batch_of_one_equals_batch_of_many(style, search):
-    model = build(style, "local_p" if style == "luong" else "additive", seed=3)
+    model = build(style, "additive" if style == "bahdanau" else "local_p", seed=3)
     src, mask = padded(LENGTHS, S=12)  # extra padding column beyond the longest sentence
 
     def run(s, m):
@@ -138,7 +141,7 @@ def test_beam_five_is_at_least_as_good_as_greedy_almost_always():
     src, mask = padded([3, 5, 8, 2, 6, 4, 7, 9] * 2, seed=7)
     not_worse = better = total = 0
     gain = 0.0
-    for style, attention, seed in itertools.product(["luong", "bahdanau"], ["additive", "general"], range(3)):
+    for style, attention, seed in itertools.product(STYLES, ["additive", "general"], range(3)):
         model = build(style, attention, seed)
         for hg, (hb,) in zip(greedy(model, src, mask), beam(model, src, mask, beam_size=5)):
             total += 1
@@ -184,7 +187,7 @@ def reference_beam(model, src_row, K, alpha, n_best, max_len_a=1.5, max_len_b=10
 
 
 @pytest.mark.parametrize("alpha, n_best", [(0.0, 1), (0.6, 3)])
-@pytest.mark.parametrize("style", ["luong", "bahdanau"])
+@pytest.mark.parametrize("style", STYLES)
 def test_batched_beam_equals_reference_beam(style, alpha, n_best):
     src, mask = padded(LENGTHS, S=10)
     for seed in range(2):
@@ -223,7 +226,7 @@ def test_length_penalty_by_hand():
 
 @pytest.mark.parametrize("n_best", [1, 5])
 @pytest.mark.parametrize("alpha", [0.0, 1.0, 2.0])
-@pytest.mark.parametrize("style", ["luong", "bahdanau"])
+@pytest.mark.parametrize("style", STYLES)
 def test_wide_beam_is_exact_search(style, alpha, n_best):
     """Vocabulary 7 (UNK, EOS and 3 more tokens can be generated), at most 5 output tokens: 341 possible
     hypotheses, all scored here by teacher forcing. A beam of 320 prunes nothing (at most 4^3 * 5 candidates
@@ -278,7 +281,7 @@ def test_beam_stops_once_no_open_beam_can_win(alpha, monkeypatch):
 
 
 @pytest.mark.parametrize("attention", list(ATTENTIONS))
-@pytest.mark.parametrize("style", ["luong", "bahdanau"])
+@pytest.mark.parametrize("style", STYLES)
 def test_hypothesis_alignment_and_score_equal_teacher_forcing(style, attention):
     model = build(style, attention, seed=2)
     src, mask = padded(LENGTHS, S=10)
@@ -295,7 +298,7 @@ def test_hypothesis_alignment_and_score_equal_teacher_forcing(style, attention):
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6])
-@pytest.mark.parametrize("style", ["luong", "bahdanau"])
+@pytest.mark.parametrize("style", STYLES)
 def test_hypotheses_are_well_formed_and_sorted(style, alpha):
     src, mask = padded(LENGTHS, S=10)
     for seed in range(3):
