@@ -87,7 +87,7 @@ def rows(name: str, forward: str, reverse: str | None, data_dir: Path) -> list[d
     _, _, _, _, _, src_lang, tgt_lang = GOLD_SETS[name]
     fwd, model = forced(forward, sources, targets, (src_lang, tgt_lang))
     about = {"gold_set": name, "attention": type(model.decoder.attention).__name__,
-             "decoder": model.decoder.style, "model": forward}
+             "decoder": model.decoder.style, "input_feeding": model.decoder.input_feeding, "model": forward}
     out = []
 
     def score(method: str, links_per_sentence: list, **extra) -> None:

@@ -42,34 +42,67 @@ COMBINATIONS = ("product", "mean")
 _BYTE_PIECE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 
 
+def _whitespace_bytes(pieces: list[str]) -> set[int]:
+    """Positions of byte-fallback pieces that encode a whitespace character (``<0x0A>``, ``<0x09>``, the three
+    bytes of U+2028, ...): :meth:`nmt.tokenizer.Tokenizer.decode` turns them into a space between words. Each run
+    of byte pieces is read as UTF-8 one character at a time; a byte that starts no valid character is skipped
+    (it decodes to U+FFFD, a letter for word counting)."""
+    out: set[int] = set()
+    run: list[tuple[int, int]] = []
+    for pos, piece in enumerate([*pieces, ""]):
+        byte = _BYTE_PIECE.match(piece)
+        if byte:
+            run.append((pos, int(byte.group(1), 16)))
+            continue
+        i = 0
+        while i < len(run):
+            lead = run[i][1]
+            size = 2 if lead >> 5 == 0b110 else 3 if lead >> 4 == 0b1110 else 4 if lead >> 3 == 0b11110 else 1
+            try:
+                char = bytes(b for _, b in run[i : i + size]).decode("utf-8")
+            except UnicodeDecodeError:
+                char, size = "", 1
+            if char.isspace():
+                out.update(p for p, _ in run[i : i + size])
+            i += size
+        run = []
+    return out
+
+
 def words_from_pieces(pieces: list[str]) -> list[int]:
     """Word index of each sentencepiece piece; ``-1`` for special tokens.
 
     A piece starting with "▁" starts a new word; the first (non-special) piece always starts word 0; every
-    other piece (including byte-fallback pieces such as ``"<0xC3>"``) continues the current word. A bare "▁"
-    that nothing continues (the next non-special piece starts with "▁", or there is none) is only a space: it
-    starts no word and joins the word around it, so the words counted here are the whitespace-separated words
-    of the decoded text (:meth:`nmt.tokenizer.Tokenizer.decode` collapses such spaces).
-    ``</s>``, ``<s>`` and ``<pad>`` get ``-1`` (excluded from words).
+    other piece (including byte-fallback pieces such as ``"<0xC3>"``) continues the current word. Two kinds of
+    pieces are only spaces: a bare "▁" that nothing continues (the next non-special piece starts with "▁" or is a
+    space too, or there is none), and byte pieces whose run decodes to whitespace (a generated ``<0x0A>``). They
+    start no word and join the word before them (word 0 at the start), and the piece after them starts a new
+    word, so the words counted here are the whitespace-separated words of the decoded text
+    (:meth:`nmt.tokenizer.Tokenizer.decode` collapses such spaces). ``</s>``, ``<s>`` and ``<pad>`` get ``-1``
+    (excluded from words).
 
     Args:
         pieces: ``[num_pieces]`` sentencepiece pieces, e.g. ``["▁Ein", "▁Mann", "s", "</s>"]``.
     Returns:
         ``[num_pieces]`` word indices, e.g. ``[0, 1, 1, -1]``; ``["▁Ein", "▁", "▁Mann"]`` gives ``[0, 0, 1]``;
-        ``["▁", "</s>"]`` (no word) gives ``[-1, -1]``.
+        ``["▁Ein", "<0x0A>", "an"]`` gives ``[0, 0, 1]``; ``["▁", "</s>"]`` (no word) gives ``[-1, -1]``.
     """
-    real = [piece for piece in pieces if piece not in SPECIAL_TOKENS]
-    word, k, out = -1, 0, []
-    for piece in pieces:
+    spaces = _whitespace_bytes(pieces)
+    real = [pos for pos, piece in enumerate(pieces) if piece not in SPECIAL_TOKENS]
+    word, k, after_space, out = -1, 0, False, []
+    for pos, piece in enumerate(pieces):
         if piece in SPECIAL_TOKENS:
             out.append(-1)
             continue
-        space_only = piece == WORD_START and (k + 1 == len(real) or real[k + 1].startswith(WORD_START))
         k += 1
-        if not space_only and (word < 0 or piece.startswith(WORD_START)):
+        following = real[k] if k < len(real) else None
+        space_only = pos in spaces or (piece == WORD_START and (
+            following is None or following in spaces or pieces[following].startswith(WORD_START)))
+        if not space_only and (word < 0 or after_space or piece.startswith(WORD_START)):
             word += 1
+        after_space = space_only
         out.append(max(word, 0))
-    return out if word >= 0 else [-1] * len(pieces)  # only bare "▁": no word at all, as decode gives ""
+    return out if word >= 0 else [-1] * len(pieces)  # only spaces: no word at all, as decode gives ""
 
 
 def _surface(pieces: list[str]) -> str:

@@ -17,6 +17,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from nmt.attention import Attention
 
 AttentionFactory = Callable[..., Attention]  # called as factory(query_size=H, key_size=H)
+ATTEND_ELEMENTS = 1 << 24  # floats per slice of queries when attending with all T at once without autograd
 
 
 class Memory(NamedTuple):
@@ -37,7 +38,8 @@ class Memory(NamedTuple):
 
 class DecoderState(NamedTuple):
     """Recurrent decoder state: hidden ``[L, B, H]``; input_feed ``[B, R]`` the previous attentional vector
-    h̃_{t-1} (Luong; R = the readout size: E with tied embeddings, else H) or ``[B, 0]`` (Bahdanau, unused)."""
+    h̃_{t-1} (Luong; R = the readout size: E with tied embeddings, else H) or ``[B, 0]`` (unused: Bahdanau, or
+    Luong without input feeding)."""
 
     hidden: torch.Tensor
     input_feed: torch.Tensor
@@ -185,7 +187,8 @@ class Decoder(nn.Module):
             anything (Bahdanau's decoder feeds the context vector c_t by definition).
 
     Raises:
-        ValueError: for an unknown style, or ``input_feeding=False`` with style ``"bahdanau"``.
+        ValueError: for an unknown style, an ``input_feeding`` that is not a bool, or ``input_feeding=False``
+            with style ``"bahdanau"``.
     """
 
     def __init__(self, vocab_size: int, emb_size: int, hidden_size: int, attention: AttentionFactory,
@@ -292,6 +295,18 @@ class Decoder(nn.Module):
                                           memory.prepared)  # [M, K, H], [M, K, S]
         return context.flatten(0, 1), weights.flatten(0, 1)
 
+    def _attend_all(self, queries: torch.Tensor, memory: Memory) -> tuple[torch.Tensor, torch.Tensor]:
+        """Attention for all T queries ``[B, T, H]`` of a sentence at once -> context ``[B, T, H]``, weights
+        ``[B, T, S]``. Without autograd (validation, forced alignment) the queries go in slices of T, so that the
+        additive energies ``[B, t, S, A]`` stay near ``ATTEND_ELEMENTS`` floats instead of growing as B·T·S·A;
+        training needs every slice's energies for backward anyway, as the stepping decoder does."""
+        B, T, H = queries.shape
+        step = T if torch.is_grad_enabled() else max(1, ATTEND_ELEMENTS // max(1, B * memory.keys.size(1) * H))
+        if step >= T:
+            return self.attention(queries, memory.keys, memory.mask, memory.prepared)
+        parts = [self.attention(q, memory.keys, memory.mask, memory.prepared) for q in queries.split(step, dim=1)]
+        return torch.cat([c for c, _ in parts], dim=1), torch.cat([w for _, w in parts], dim=1)
+
     def _recur(self, emb_gates: torch.Tensor, emb: torch.Tensor, state: DecoderState, memory: Memory,
                linears: StepLinears = PLAIN):
         """One step up to (not including) the readout: emb_gates ``[B, 3H]``, emb ``[B, E]`` ->
@@ -352,7 +367,7 @@ class Decoder(nn.Module):
                 hidden = self._stack(gates_t, state.input_feed, hidden, linears)  # [L, B, H]
                 features.append(hidden[-1])
             out = torch.stack(features, dim=1)  # [B, T, H] top-layer states h_t
-            context, weights = self.attention(out, memory.keys, memory.mask, memory.prepared)  # [B, T, H], [B, T, S]
+            context, weights = self._attend_all(out, memory)  # [B, T, H], [B, T, S]
             h_tilde = torch.tanh(self.combine(torch.cat([context, out], dim=-1)))  # [B, T, R] (eq. 5)
             return self._readout(h_tilde), weights
         # unbind, not emb_gates[:, t]: the backward of an index is a zero-filled [B, T, 3H] tensor per step

@@ -196,7 +196,7 @@ class Tokenizer:
         return [head + sentence + [EOS_ID] for sentence in ids]
 
     def decode(self, ids: Iterable[int]) -> str:
-        """Ids -> detokenized text; pad/bos/eos ids are dropped, byte pieces are joined into characters, and the
+        r"""Ids -> detokenized text; pad/bos/eos ids are dropped, byte pieces are joined into characters, and the
         spaces of bare "▁" pieces that nothing continues are collapsed (a generated ``["▁Ein", "▁", "▁Mann", "▁"]``
         reads "Ein Mann", two words, as :func:`nmt.alignment.words_from_pieces` counts them). A generated line
         break (the byte pieces ``<0x0A>``/``<0x0D>``, kept in every vocabulary by byte fallback, or any other

@@ -97,3 +97,30 @@ def test_a_bare_marker_that_nothing_continues_is_only_a_space():
     assert words_from_pieces(["▁Ein", "▁", "(", "a", "▁b"]) == [0, 1, 1, 1, 2]  # continued: a word start
     assert words_from_pieces(["▁", "</s>"]) == words_from_pieces(["▁", "▁"]) == [-1, -1]  # no word at all
     assert pharaoh_line(np.full((2, 2), 0.5, dtype=np.float32), ["▁Hund", "</s>"], ["▁", "</s>"]) == ""
+
+
+def test_byte_pieces_that_decode_to_whitespace_separate_words():
+    """Tokenizer.decode makes a generated line break (or tab, U+2028) a space between words; the word count of
+    .align must be the same, or the links point at the wrong target word."""
+    assert words_from_pieces(["▁Ein", "<0x0A>", "an"]) == [0, 0, 1]
+    assert words_from_pieces(["▁Ein", "<0xE2>", "<0x80>", "<0xA8>", "an", "</s>"]) == [0, 0, 0, 0, 1, -1]
+    assert words_from_pieces(["▁Ein", "▁", "<0x09>", "an"]) == [0, 0, 0, 1]  # bare marker before a space
+    assert words_from_pieces(["<0x0A>", "an", "<0x0A>"]) == [0, 0, 0]  # leading and trailing: no extra word
+    assert words_from_pieces(["<0x0A>", "</s>"]) == [-1, -1]  # only a line break: no word
+    assert words_from_pieces(["▁Ein", "<0xC3>", "<0xA9>", "s"]) == [0, 0, 0, 0]  # é is not a space
+
+
+def test_word_count_equals_the_decoded_words(tokenizer):
+    """For random piece sequences with bare markers and byte pieces (spaces, line breaks, letters), the words
+    counted from the pieces are the whitespace-separated words of Tokenizer.decode."""
+    import random
+
+    rng = random.Random(0)
+    ids = [tokenizer.piece_to_id(p) for p in ["▁Ein", "▁Mann", "s", "en", "▁", "<0x0A>", "<0x09>", "<0x20>",
+                                               "<0xC3>", "<0xA9>", "<0xE2>", "<0x80>", "<0xA8>"]]
+    assert len(set(ids)) == 13
+    for _ in range(2000):
+        sequence = [rng.choice(ids) for _ in range(rng.randint(1, 8))]
+        pieces = tokenizer.pieces(sequence)
+        words = max(words_from_pieces(pieces), default=-1) + 1
+        assert words == len(tokenizer.decode(sequence).split()), pieces

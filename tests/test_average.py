@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from nmt import checkpoint
-from nmt.average import average_checkpoints, average_state_dicts, main, select_checkpoints
+from nmt.average import average_checkpoints, average_state_dicts, check_same_model, main, select_checkpoints
 from nmt.checkpoint import CheckpointError
 from nmt.tokenizer import Tokenizer
 from nmt.training import train
@@ -105,6 +105,9 @@ def test_checkpoints_from_before_input_feeding_was_a_setting_load_and_average(th
     assert checkpoint.load(nofeed)[0].decoder.input_feeding is False
     with pytest.raises(CheckpointError, match="nofeed.pt"):
         average_checkpoints([old, nofeed], tmp_path / "out2.pt")
+    payloads = [checkpoint.load_payload(p) for p in (old, nofeed)]
+    with pytest.raises(CheckpointError, match=r"decoder settings differ .*\(input_feeding\)"):
+        check_same_model(payloads, ["old.pt", "nofeed.pt"])  # the config check too, not only the weight shapes
 
 
 def test_select_best_by_validation_bleu_and_last_by_step(three_checkpoints, tmp_path):

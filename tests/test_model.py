@@ -220,7 +220,7 @@ def test_one_small_batch_overfits(style):
 
 @pytest.mark.parametrize("tie", [False, True])
 @pytest.mark.parametrize("num_layers", [1, 2])
-@pytest.mark.parametrize("style", ["luong", "bahdanau"])
+@pytest.mark.parametrize("style", STYLES)
 def test_deferred_weight_gradients_equal_plain_autograd(style, num_layers, tie, monkeypatch):
     """Training computes the recurrent weights' gradients in one product over all steps (StepLinears); they equal
     those of plain per-step autograd, and so do all other gradients."""
@@ -232,8 +232,8 @@ def test_deferred_weight_gradients_equal_plain_autograd(style, num_layers, tie, 
                             lambda self, deferred=True: original(self, deferred and use_deferred))
         torch.manual_seed(0)
         enc = Encoder(V, E, H, dropout=0.0, decoder_layers=num_layers)
-        dec = Decoder(V, E, H, functools.partial(Additive), num_layers=num_layers, dropout=0.0, style=style,
-                      tie_embeddings=tie)
+        dec = Decoder(V, E, H, functools.partial(Additive), num_layers=num_layers, dropout=0.0,
+                      tie_embeddings=tie, **decoder_style(style))
         model = Seq2Seq(enc, dec).train()
         src, mask = padded([5, 3, 4])
         tgt_in = random_tgt_in(3, 6)
@@ -275,3 +275,19 @@ def test_input_feeding_false_needs_luong():
         Decoder(V, E, H, ATTENTIONS["additive"], style="bahdanau", input_feeding=False)
     with pytest.raises(ValueError, match="true or false"):
         Decoder(V, E, H, ATTENTIONS["additive"], input_feeding="no")
+
+
+@pytest.mark.parametrize("attention", ["additive", "local_p"])
+def test_without_input_feeding_attention_in_slices_equals_all_at_once(attention, monkeypatch):
+    """Without autograd the T queries attend in slices (memory); the result is the same."""
+    import nmt.model
+
+    model = build("luong_nofeed", 1, attention).eval()
+    src, mask = padded([5, 3, 8], S=9)
+    tgt_in = random_tgt_in(3, 7)
+    with torch.no_grad():
+        whole = model(src, mask, tgt_in)
+        monkeypatch.setattr(nmt.model, "ATTEND_ELEMENTS", 3 * 9 * H * 2)  # slices of 2 target steps
+        sliced = model(src, mask, tgt_in)
+    for a, b in zip(whole, sliced):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
