@@ -22,6 +22,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 import torch
+from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from nmt import checkpoint
@@ -98,6 +99,42 @@ def validation_loss(model, pairs, batch_tokens: int, device) -> float:
     return total / max(tokens, 1)
 
 
+# Numeric settings checked before any work: key -> (whole number?, smallest allowed, null allowed?)
+NUMERIC_SETTINGS = {
+    "seed": (True, None, False),
+    "tokenizer.vocab_size": (True, 1, False), "tokenizer.sample_alpha": (False, 0.0, True),
+    "model.emb_size": (True, 1, False), "model.hidden_size": (True, 2, False),
+    "model.encoder_layers": (True, 1, False), "model.decoder_layers": (True, 1, False),
+    "model.dropout": (False, 0.0, False),
+    "train.batch_tokens": (True, 1, False), "train.lr": (False, 0.0, False), "train.clip": (False, 0.0, False),
+    "train.label_smoothing": (False, 0.0, False), "train.lr_factor": (False, 0.0, False),
+    "train.lr_patience": (True, 0, False), "train.min_lr": (False, 0.0, True), "train.max_steps": (True, 0, True),
+    "train.max_epochs": (True, 0, True), "train.max_minutes": (False, 0.0, True), "train.valid_every": (True, 1, False),
+    "train.log_every": (True, 0, True), "train.patience": (True, 0, True), "train.keep_best": (True, 0, True),
+}
+
+
+def check_numbers(cfg) -> None:
+    """Refuse a numeric setting of ``NUMERIC_SETTINGS`` that is not a number (``train.max_minutes=one``), not a
+    whole number where one is needed, or below its smallest value, before any corpus or SentencePiece work.
+    Keys missing from ``cfg`` are skipped. ``model.dropout`` and ``train.label_smoothing`` must also be below 1.
+
+    Raises:
+        ValueError: naming the key, the value given and what it takes.
+    """
+    for key, (whole, low, nullable) in NUMERIC_SETTINGS.items():
+        value = OmegaConf.select(cfg, key, default=...)
+        if value is ... or (value is None and nullable):
+            continue
+        kind = "a whole number" if whole else "a number"
+        if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)):
+            raise ValueError(f"{key}={value} must be {kind}{' (or null)' if nullable else ''}")  # noqa: TRY004 (a config value)
+        if low is not None and value < low:
+            raise ValueError(f"{key}={value} must be {kind} >= {low}")
+        if key in ("model.dropout", "train.label_smoothing") and value >= 1:
+            raise ValueError(f"{key}={value} is a probability: it must be below 1")
+
+
 def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = ()) -> dict:
     """Train, validate and evaluate one model as configured; return the final metrics.
 
@@ -112,7 +149,8 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = ()) -> dict:
         training stopped). After SIGINT/SIGTERM there is no final evaluation and ``interrupted`` is True.
     """
     run_dir = Path(run_dir)
-    check_schedule(cfg.train)  # before the corpus and tokenizers: a bad setting fails at once
+    check_numbers(cfg)  # before the corpus and tokenizers: a bad setting fails at once
+    check_schedule(cfg.train)
     check_decoding(cfg.decode.beam_size, 1, "decode.beam_size", cfg.decode)
     torch.manual_seed(cfg.seed)
     checkpoint.set_threads(cfg.get("threads"))

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
 from omegaconf import OmegaConf
 
 from nmt.schedule import BudgetDecay, check_schedule, make_optimizer
-from nmt.training import train
+from nmt.training import check_numbers, train
 from tests.test_resume import TINY
 
 
@@ -129,3 +130,20 @@ def test_stopping_before_the_budget_ends_and_a_changed_budget_on_resume_are_repo
                        "train.valid_every=1000", "train.keep_best=0"]), tmp_path / "epoch")
     warning = next(r.getMessage() for r in caplog.records if "of the learning-rate budget" in r.getMessage())
     assert "max_epochs=1 reached" in warning and "max_epochs=null" in warning
+
+
+@pytest.mark.parametrize("override, message", [
+    ("train.max_minutes=one", "train.max_minutes=one must be a number (or null)"),
+    ("train.lr=fast", "train.lr=fast must be a number"),
+    ("model.hidden_size=big", "model.hidden_size=big must be a whole number"),
+    ("model.emb_size=25.5", "model.emb_size=25.5 must be a whole number"),
+    ("train.batch_tokens=0", "train.batch_tokens=0 must be a whole number >= 1"),
+    ("train.valid_every=true", "train.valid_every=True must be a whole number"),
+    ("model.dropout=1.0", "model.dropout=1.0 is a probability"),
+])
+def test_settings_that_are_not_numbers_are_refused_before_any_work(compose_cfg, tmp_path, override, message):
+    """One error naming the key, before the corpus is read or SentencePiece trained (no spm/ folder)."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        train(compose_cfg([*TINY, override]), tmp_path)
+    assert not (tmp_path / "spm").exists()
+    check_numbers(compose_cfg([*TINY, "train.max_minutes=null", "train.patience=null", "model.dropout=0"]))
