@@ -22,7 +22,6 @@ from pathlib import Path
 
 import sentencepiece as spm
 import torch
-from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from nmt import checkpoint
@@ -123,7 +122,9 @@ def check_numbers(cfg) -> None:
         ValueError: naming the key, the value given and what it takes.
     """
     for key, (whole, low, nullable) in NUMERIC_SETTINGS.items():
-        value = OmegaConf.select(cfg, key, default=...)
+        value = cfg
+        for part in key.split("."):
+            value = value.get(part, ...) if value is not ... else ...
         if value is ... or (value is None and nullable):
             continue
         kind = "a whole number" if whole else "a number"
