@@ -347,6 +347,10 @@ def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid
                     stop = check(stop)
             if stop:
                 break
+        if flag["signal"]:  # arrived during the last validation: stop as after any signal, no final evaluation
+            meter.bar.close()
+            return interrupted(cfg, model, optimizer, scheduler, toks, run_dir, progress, flag["signal"],
+                               time.monotonic() - start, overrides)
     meter.bar.close()
     log.info("training stopped after %d steps (%d epochs, %.1f min): %s", progress.step, progress.epoch,
              progress.train_seconds / 60, stop)

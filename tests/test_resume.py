@@ -167,6 +167,30 @@ def test_a_finished_run_resumed_trains_no_further_but_validates_an_unvalidated_e
     assert last_state(run)[1]["step"] == N and "nothing left to train" in caplog.text
 
 
+def test_a_signal_during_the_last_validation_stops_before_the_final_evaluation(compose_cfg, tmp_path, monkeypatch):
+    """SIGTERM while the budget's last validation runs used to be swallowed: the final evaluation ran anyway.
+    It now ends like any signal (interrupted, last.pt saved), and the same command later does the evaluation."""
+    import nmt.training
+
+    run = tmp_path / "run"
+    cfg = [*TINY, f"train.max_steps={N}", "train.keep_best=0", f"train.valid_every={10 * N}"]
+    original = nmt.training.validate
+
+    def validate_then_signal(*args, **kwargs):
+        result = original(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler of stop_on_signals only sets a flag
+        return result
+
+    monkeypatch.setattr(nmt.training, "validate", validate_then_signal)
+    results = train(compose_cfg(cfg), run)
+    assert results.get("interrupted") and "SIGTERM" in results["stopped"]
+    assert not (run / "eval").exists() and last_state(run)[1]["step"] == N
+    monkeypatch.setattr(nmt.training, "validate", original)
+    results = train(compose_cfg(cfg), run)  # rerun: nothing left to train, then the final evaluation
+    assert not results.get("interrupted") and (run / "eval" / "test.scores.json").is_file()
+    assert [r["step"] for r in metrics(run)] == [N]
+
+
 def test_subword_models_left_in_the_run_folder_must_match_the_settings(compose_cfg, small_splits, tmp_path):
     """A run that died before its first checkpoint left spm/ behind; a rerun in that folder with another
     tokenizer.vocab_size used to reuse the old model silently. The same settings reuse it."""
