@@ -301,8 +301,9 @@ class Decoder(nn.Module):
         ``[B, T, S]``. Without autograd (validation, forced alignment) the queries go in slices of T, so that the
         additive energies ``[B, t, S, A]`` stay near ``ATTEND_ELEMENTS`` floats instead of growing as B·T·S·A;
         training needs every slice's energies for backward anyway, as the stepping decoder does."""
-        B, T, H = queries.shape
-        step = T if torch.is_grad_enabled() else max(1, ATTEND_ELEMENTS // max(1, B * memory.keys.size(1) * H))
+        B, T, _ = queries.shape
+        A = max(memory.prepared.size(-1), memory.keys.size(-1))  # the widest per-(query, source) tensor
+        step = T if torch.is_grad_enabled() else max(1, ATTEND_ELEMENTS // max(1, B * memory.keys.size(1) * A))
         if step >= T:
             return self.attention(queries, memory.keys, memory.mask, memory.prepared)
         parts = [self.attention(q, memory.keys, memory.mask, memory.prepared) for q in queries.split(step, dim=1)]

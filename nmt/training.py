@@ -110,13 +110,18 @@ NUMERIC_SETTINGS = {
     "train.lr_patience": (True, 0, False), "train.min_lr": (False, 0.0, True), "train.max_steps": (True, 0, True),
     "train.max_epochs": (True, 0, True), "train.max_minutes": (False, 0.0, True), "train.valid_every": (True, 1, False),
     "train.log_every": (True, 0, True), "train.patience": (True, 0, True), "train.keep_best": (True, 0, True),
+    "data.max_len": (True, 1, False), "data.train_limit": (True, 1, True), "data.eval_limit": (True, 1, True),
+    "eval.plots": (True, 0, True),
 }
+POSITIVE = ("train.lr", "train.clip", "train.lr_factor")  # 0 would silently train nothing (clip 0 zeroes gradients)
+BELOW_ONE = ("model.dropout", "train.label_smoothing", "train.lr_factor")  # probabilities; a factor that must shrink
 
 
 def check_numbers(cfg) -> None:
-    """Refuse a numeric setting of ``NUMERIC_SETTINGS`` that is not a number (``train.max_minutes=one``), not a
-    whole number where one is needed, or below its smallest value, before any corpus or SentencePiece work.
-    Keys missing from ``cfg`` are skipped. ``model.dropout`` and ``train.label_smoothing`` must also be below 1.
+    """Refuse a numeric setting of ``NUMERIC_SETTINGS`` that is not a number (``train.max_minutes=one``, nan), not
+    a whole number where one is needed (``1e5`` is one), or below its smallest value, before any corpus or
+    SentencePiece work. Keys missing from ``cfg`` are skipped. ``POSITIVE`` keys must be above 0, ``BELOW_ONE``
+    keys below 1.
 
     Raises:
         ValueError: naming the key, the value given and what it takes.
@@ -128,12 +133,17 @@ def check_numbers(cfg) -> None:
         if value is ... or (value is None and nullable):
             continue
         kind = "a whole number" if whole else "a number"
-        if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)):
-            raise ValueError(f"{key}={value} must be {kind}{' (or null)' if nullable else ''}")  # noqa: TRY004 (a config value)
+        if whole and isinstance(value, float) and value.is_integer():
+            value = int(value)  # 1e5 on the command line
+        if (isinstance(value, bool) or not isinstance(value, int if whole else (int, float))
+                or (isinstance(value, float) and math.isnan(value))):
+            raise ValueError(f"{key}={value} must be {kind}{' (or null)' if nullable else ''}")
         if low is not None and value < low:
             raise ValueError(f"{key}={value} must be {kind} >= {low}")
-        if key in ("model.dropout", "train.label_smoothing") and value >= 1:
-            raise ValueError(f"{key}={value} is a probability: it must be below 1")
+        if key in POSITIVE and value <= 0:
+            raise ValueError(f"{key}={value} must be above 0")
+        if key in BELOW_ONE and value >= 1:
+            raise ValueError(f"{key}={value} must be below 1")
 
 
 def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = ()) -> dict:

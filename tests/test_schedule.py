@@ -139,11 +139,18 @@ def test_stopping_before_the_budget_ends_and_a_changed_budget_on_resume_are_repo
     ("model.emb_size=25.5", "model.emb_size=25.5 must be a whole number"),
     ("train.batch_tokens=0", "train.batch_tokens=0 must be a whole number >= 1"),
     ("train.valid_every=true", "train.valid_every=True must be a whole number"),
-    ("model.dropout=1.0", "model.dropout=1.0 is a probability"),
+    ("model.dropout=1.0", "model.dropout=1.0 must be below 1"),
+    ("train.clip=0", "train.clip=0 must be above 0"),
+    ("train.lr=nan", "train.lr=nan must be a number"),
+    ("train.lr_factor=1.5", "train.lr_factor=1.5 must be below 1"),
+    ("eval.plots=abc", "eval.plots=abc must be a whole number (or null)"),
+    ("data.max_len=abc", "data.max_len=abc must be a whole number"),
+    ("data.train_limit=1.5", "data.train_limit=1.5 must be a whole number (or null)"),
 ])
 def test_settings_that_are_not_numbers_are_refused_before_any_work(compose_cfg, tmp_path, override, message):
     """One error naming the key, before the corpus is read or SentencePiece trained (no spm/ folder)."""
     with pytest.raises(ValueError, match=re.escape(message)):
         train(compose_cfg([*TINY, override]), tmp_path)
     assert not (tmp_path / "spm").exists()
-    check_numbers(compose_cfg([*TINY, "train.max_minutes=null", "train.patience=null", "model.dropout=0"]))
+    check_numbers(compose_cfg([*TINY, "train.max_minutes=null", "train.patience=null", "model.dropout=0",
+                               "train.max_steps=1e5"]))  # 1e5 is a whole number
