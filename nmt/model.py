@@ -210,8 +210,7 @@ class Decoder(nn.Module):
         self.readout_size = emb_size if tie_embeddings else hidden_size  # R
         self.embed = nn.Embedding(vocab_size, emb_size, padding_idx=pad_id)
         self.dropout = nn.Dropout(dropout)
-        self._no_feed = style == "luong" and not input_feeding
-        feed_size = 0 if self._no_feed else self.readout_size if style == "luong" else hidden_size  # h̃_{t-1}, c_t
+        feed_size = self._feed_size()  # h̃_{t-1} (Luong), c_t (Bahdanau) or nothing
         self.cells = nn.ModuleList(
             nn.GRUCell(emb_size + feed_size if i == 0 else hidden_size, hidden_size) for i in range(num_layers)
         )
@@ -228,10 +227,16 @@ class Decoder(nn.Module):
                 self.embed.weight[pad_id].zero_()
             self.generator.weight = self.embed.weight
 
+    def _feed_size(self) -> int:
+        """Size of the first GRU layer's input besides E y_{t-1}: R (h̃_{t-1}, Luong), H (c_t, Bahdanau) or 0."""
+        if self.style == "bahdanau":
+            return self.hidden_size
+        return self.readout_size if self.input_feeding else 0
+
     def init_state(self, hidden: torch.Tensor) -> DecoderState:
-        """Initial state from the encoder bridge ``[L, B, H]``; the input feed starts at zeros."""
-        fed = self.style == "luong" and self.input_feeding
-        feed = hidden.new_zeros(hidden.size(1), self.readout_size if fed else 0)
+        """Initial state from the encoder bridge ``[L, B, H]``; the input feed h̃_0 starts at zeros (``[B, 0]``
+        when the state carries none: Bahdanau, whose c_t is computed from s_{t-1}, or no input feeding)."""
+        feed = hidden.new_zeros(hidden.size(1), self._feed_size() if self.style == "luong" else 0)
         return DecoderState(hidden, feed)
 
     def _embed_gates(self, emb: torch.Tensor) -> torch.Tensor:
@@ -363,7 +368,7 @@ class Decoder(nn.Module):
         features, weights = [], []
         # Weight gradients of the per-step products: one product over all steps in backward (StepLinears).
         linears = StepLinears(deferred=torch.is_grad_enabled() and self.training)
-        if self._no_feed:  # no input feeding: only the GRU steps; attention and W_c take all T queries at once
+        if not self.input_feeding:  # Luong without input feeding: only the GRU steps; attention and W_c take all T queries at once
             hidden = state.hidden
             for gates_t in emb_gates.unbind(1):
                 hidden = self._stack(gates_t, state.input_feed, hidden, linears)  # [L, B, H]

@@ -343,9 +343,7 @@ def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid
                 progress.batch_in_epoch += 1
                 meter.update(loss, ntok, progress, (time.monotonic() - start) / 60, optimizer.param_groups[0]["lr"])
                 if flag["signal"]:
-                    meter.bar.close()
-                    return interrupted(cfg, model, optimizer, scheduler, toks, run_dir, progress, flag["signal"],
-                                       time.monotonic() - start, overrides)
+                    break
                 stop = check(stop_reason(t, progress, time.monotonic() - start))
                 if stop:
                     break
@@ -355,9 +353,9 @@ def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid
                 stop = stop_reason(t, progress, time.monotonic() - start)
                 if stop and meter.steps:
                     stop = check(stop)
-            if stop:
+            if stop or flag["signal"]:
                 break
-        if flag["signal"]:  # arrived during the last validation: stop as after any signal, no final evaluation
+        if flag["signal"]:  # after a step, or during the last validation: no final evaluation
             meter.bar.close()
             return interrupted(cfg, model, optimizer, scheduler, toks, run_dir, progress, flag["signal"],
                                time.monotonic() - start, overrides)
