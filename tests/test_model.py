@@ -7,7 +7,7 @@ import torch
 from torch.nn import functional as F
 
 from nmt.attention import Additive, Dot, General, LocalP
-from nmt.model import Decoder, Encoder, Seq2Seq
+from nmt.model import Decoder, Dropout, Encoder, Seq2Seq
 
 PAD, BOS, EOS = 0, 2, 3
 V, E, H = 15, 6, 8
@@ -195,6 +195,39 @@ def test_dropout_is_off_in_eval_and_on_in_train(style):
     with torch.no_grad():
         c, _ = model(src, mask, tgt_in)
     assert float((a - c).abs().max()) > 1e-4
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
+def test_dropout_drops_a_fraction_p_and_scales_the_rest(p):
+    """The uniform-draw mask has nn.Dropout's distribution: a fraction p of zeros (4 standard deviations of the
+    binomial over 10^6 elements), the kept values scaled by exactly 1/(1-p), the gradient the same mask."""
+    torch.manual_seed(0)
+    x = torch.rand(1000, 1000) + 0.5  # no zeros of its own
+    x.requires_grad_(True)
+    y = Dropout(p).train()(x)
+    dropped = y == 0
+    n = x.numel()
+    assert abs(float(dropped.float().mean()) - p) < 4 * (p * (1 - p) / n) ** 0.5
+    torch.testing.assert_close(y[~dropped], x[~dropped] / (1 - p))
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, (~dropped).float() / (1 - p))
+
+
+def test_dropout_follows_the_torch_seed_and_is_the_identity_in_eval():
+    x = torch.randn(50, 40)
+    drop = Dropout(0.3).train()
+    torch.manual_seed(7)
+    a = drop(x)
+    torch.manual_seed(7)
+    b = drop(x)
+    c = drop(x)
+    torch.testing.assert_close(a, b, atol=0, rtol=0)
+    assert not torch.equal(b, c)
+    torch.manual_seed(7)  # the mask is the uniform draw of this generator state (not torch.bernoulli's)
+    torch.testing.assert_close(a, x * ((torch.rand_like(x) >= 0.3).float() / 0.7), atol=0, rtol=0)
+    assert drop.eval()(x) is x
+    assert Dropout(0.0).train()(x) is x
+    assert torch.count_nonzero(Dropout(1.0).train()(x)) == 0
 
 
 @pytest.mark.parametrize("style", STYLES)
