@@ -200,7 +200,7 @@ def test_dropout_is_off_in_eval_and_on_in_train(style):
 @pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
 def test_dropout_drops_a_fraction_p_and_scales_the_rest(p):
     """The uniform-draw mask has nn.Dropout's distribution: a fraction p of zeros (4 standard deviations of the
-    binomial over 10^6 elements), the kept values scaled by exactly 1/(1-p), the gradient the same mask."""
+    binomial over 10^6 elements), the kept values scaled by 1/(1-p), the gradient the same mask."""
     torch.manual_seed(0)
     x = torch.rand(1000, 1000) + 0.5  # no zeros of its own
     x.requires_grad_(True)
