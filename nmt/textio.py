@@ -75,6 +75,9 @@ def check_writable(path: str | Path, key: str, folder: bool = False) -> None:
     """Before any work: can :func:`atomic_write` write the file ``path`` (or, with ``folder``, create files in the
     folder ``path``), which the setting ``key`` names? Missing folders on the way are fine (they are created).
 
+    The folder check creates and removes a temporary file there, so it also holds for root and for read-only or
+    virtual file systems, where permission bits alone say yes.
+
     Raises:
         TextFileError: naming the setting, when something on the way is a file rather than a folder, or when the
             folder that would hold it (or an existing non-regular file such as a pipe) is not writable.
@@ -93,6 +96,15 @@ def check_writable(path: str | Path, key: str, folder: bool = False) -> None:
         raise TextFileError(f"{key}={path}: {parent} is a file, not a folder")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise TextFileError(f"{key}={path}: no permission to write in {parent}")
+    # os.access says yes to root everywhere, and knows nothing of read-only or virtual file systems (/sys, /proc,
+    # a read-only mount): only creating a file there tells (it is removed at once)
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".nmt-write-test.", dir=parent)
+    except OSError as err:
+        raise TextFileError(f"{key}={path}: cannot create files in {parent} ({err.strerror}); choose another "
+                            "folder") from err
+    os.close(handle)
+    os.unlink(probe)
 
 
 def atomic_write(path: str | Path, data: str | bytes) -> None:

@@ -371,6 +371,19 @@ def test_an_unreadable_input_or_unwritable_output_is_named(tmp_path):
     check_writable("/dev/null", "output")
 
 
+def test_an_output_where_no_file_can_be_created_is_refused_even_for_root():
+    """/sys lets root pass os.access but refuses new files: the check must try, not trust the permission bits
+    (a newcomer's translate.py run with output=/sys/x.en failed only after decoding, before this)."""
+    from nmt.textio import TextFileError, check_writable
+
+    if not os.path.isdir("/sys/kernel"):
+        pytest.skip("needs Linux's sysfs")
+    with pytest.raises(TextFileError, match=r"^alignments=/sys/a\.npz: cannot create files in /sys \("):
+        check_writable("/sys/a.npz", "alignments")
+    with pytest.raises(TextFileError, match=r"^plots=/sys/new/plots: cannot create files in /sys \("):
+        check_writable("/sys/new/plots", "plots", folder=True)
+
+
 def test_decoding_settings_are_checked_with_the_shortest_source_in_mind():
     from omegaconf import OmegaConf
 
