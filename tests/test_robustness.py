@@ -115,6 +115,20 @@ def test_mismatched_training_files_stop_before_training(repo_root, tmp_path):
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
+def test_a_refused_setting_leaves_no_run_folder_but_keeps_one_in_use(repo_root, tmp_path):
+    """model.dropout=1.5 is refused before any work: the folder Hydra made for it goes; a folder that already
+    held something (here an earlier run's file) stays as it was, with Hydra's files beside it."""
+    proc = run_script(["train.py", "model.dropout=1.5", f"hydra.run.dir={tmp_path}/run"], repo_root)
+    assert proc.returncode == 1, proc.stderr.decode()[-2000:]
+    assert proc.stderr.decode().strip().splitlines()[-1] == "train.py: error: model.dropout=1.5 must be below 1"
+    assert not (tmp_path / "run").exists()
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "notes.txt").write_text("mine\n", encoding="utf-8")
+    proc = run_script(["train.py", "model.dropout=1.5", f"hydra.run.dir={tmp_path}/used"], repo_root)
+    assert proc.returncode == 1
+    assert (tmp_path / "used" / "notes.txt").read_text(encoding="utf-8") == "mine\n"
+
+
 def test_score_refuses_mismatch_and_handles_empty_hypotheses():
     with pytest.raises(ValueError, match="2 hypotheses but 3 references"):
         score(["a", "b"], ["a", "b", "c"])
