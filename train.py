@@ -18,16 +18,24 @@ EXIT_STATUS = {"SIGINT": 130, "SIGTERM": 143}  # 128 + signal number, as a shell
 HYDRA_ONLY = {".hydra", "train.log"}  # what Hydra puts in a run folder before train() does anything
 
 
-def remove_unused_run_dir(run_dir: Path) -> None:
-    """After a refusal: remove the run folder if it holds only what Hydra made for this command (``.hydra/`` and
-    an empty ``train.log``), so that a mistyped setting leaves no stray folder in ``outputs/``. A folder with
-    anything else (checkpoints, an earlier run's files, a log with lines in it) is kept as it is."""
+def remove_unused_run_dir(run_dir: Path, named: bool) -> None:
+    """After a refusal: remove what Hydra made for this command when nothing else is in the run folder
+    (``.hydra/`` and an empty ``train.log``), so that a mistyped setting leaves no stray folder in ``outputs/``.
+    The folder itself goes too unless the command named it (``named``: ``hydra.run.dir=`` or a sweep folder
+    setting), since a named folder may be one the user made. A folder with anything else in it (checkpoints, an
+    earlier run's files, a log with lines in it) is kept as it is."""
     log_file = run_dir / "train.log"
     if not run_dir.is_dir() or not {p.name for p in run_dir.iterdir()} <= HYDRA_ONLY:
         return
     if log_file.exists() and log_file.stat().st_size > 0:
         return
-    shutil.rmtree(run_dir, ignore_errors=True)
+    shutil.rmtree(run_dir / ".hydra", ignore_errors=True)
+    log_file.unlink(missing_ok=True)
+    if not named:
+        try:
+            run_dir.rmdir()  # only if empty
+        except OSError:
+            pass
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
@@ -35,7 +43,7 @@ def main(cfg: DictConfig) -> float:
     """Run one training job in Hydra's output directory; returns the best validation BLEU (for sweeps).
 
     A bad setting or file (missing corpus, unusable checkpoint, invalid value) ends the run with one ``error:``
-    line and exit status 1 (and removes the run folder when nothing but Hydra's files is in it); a run stopped by SIGINT/SIGTERM (after saving ``last.pt``) exits with 130/143, so a
+    line and exit status 1 (and removes Hydra's files from the run folder when nothing else is in it); a run stopped by SIGINT/SIGTERM (after saving ``last.pt``) exits with 130/143, so a
     script or scheduler can tell it from a finished one. ``HYDRA_FULL_ERROR=1`` shows the traceback instead."""
     absolute_paths(cfg, TRAIN_PATHS)
     try:
@@ -43,7 +51,9 @@ def main(cfg: DictConfig) -> float:
     except (FileNotFoundError, CheckpointError, DataError, TextFileError, ValueError) as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":  # the traceback, for debugging
             raise
-        remove_unused_run_dir(Path(HydraConfig.get().runtime.output_dir))
+        hydra_cfg = HydraConfig.get()
+        named = any(o.startswith(("hydra.run.dir=", "hydra.sweep.")) for o in hydra_cfg.overrides.hydra)
+        remove_unused_run_dir(Path(hydra_cfg.runtime.output_dir), named)
         sys.exit(f"train.py: error: {err}")
     if metrics.get("interrupted"):
         sys.exit(EXIT_STATUS.get(metrics["stopped"].rsplit(" ", 1)[-1], 1))

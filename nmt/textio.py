@@ -103,8 +103,14 @@ def check_writable(path: str | Path, key: str, folder: bool = False) -> None:
     except OSError as err:
         raise TextFileError(f"{key}={path}: cannot create files in {parent} ({err.strerror}); choose another "
                             "folder") from err
-    os.close(handle)
-    os.unlink(probe)
+    try:
+        os.close(handle)
+    finally:
+        try:
+            os.unlink(probe)
+        except OSError as err:
+            raise TextFileError(f"{key}={path}: created {probe} to test the folder but cannot remove it "
+                                f"({err.strerror})") from err
 
 
 def atomic_write(path: str | Path, data: str | bytes) -> None:

@@ -116,17 +116,25 @@ def test_mismatched_training_files_stop_before_training(repo_root, tmp_path):
 
 
 def test_a_refused_setting_leaves_no_run_folder_but_keeps_one_in_use(repo_root, tmp_path):
-    """model.dropout=1.5 is refused before any work: the folder Hydra made for it goes; a folder that already
-    held something (here an earlier run's file) stays as it was, with Hydra's files beside it."""
-    proc = run_script(["train.py", "model.dropout=1.5", f"hydra.run.dir={tmp_path}/run"], repo_root)
+    """model.dropout=1.5 is refused before any work: the folder Hydra made for it under outputs/ goes; in a
+    folder named by hydra.run.dir (perhaps the user's) only Hydra's files go; a folder that already held
+    something (a user's file, a log with lines in it) stays as it was."""
+    proc = run_script([str(repo_root / "train.py"), "model.dropout=1.5"], tmp_path)
     assert proc.returncode == 1, proc.stderr.decode()[-2000:]
     assert proc.stderr.decode().strip().splitlines()[-1] == "train.py: error: model.dropout=1.5 must be below 1"
-    assert not (tmp_path / "run").exists()
+    assert list((tmp_path / "outputs").iterdir()) == []
+    proc = run_script(["train.py", "model.dropout=1.5", f"hydra.run.dir={tmp_path}/run"], repo_root)
+    assert proc.returncode == 1 and list((tmp_path / "run").iterdir()) == []
     (tmp_path / "used").mkdir()
     (tmp_path / "used" / "notes.txt").write_text("mine\n", encoding="utf-8")
-    proc = run_script(["train.py", "model.dropout=1.5", f"hydra.run.dir={tmp_path}/used"], repo_root)
-    assert proc.returncode == 1
+    (tmp_path / "logged").mkdir()
+    (tmp_path / "logged" / "train.log").write_text("step 100 (epoch 0)\n", encoding="utf-8")
+    for folder in ("used", "logged"):
+        proc = run_script(["train.py", "model.dropout=1.5", f"hydra.run.dir={tmp_path}/{folder}"], repo_root)
+        assert proc.returncode == 1
+        assert (tmp_path / folder / ".hydra").is_dir()  # nothing removed, not even Hydra's own files
     assert (tmp_path / "used" / "notes.txt").read_text(encoding="utf-8") == "mine\n"
+    assert (tmp_path / "logged" / "train.log").read_text(encoding="utf-8").startswith("step 100 (epoch 0)\n")
 
 
 def test_score_refuses_mismatch_and_handles_empty_hypotheses():
@@ -385,13 +393,15 @@ def test_an_unreadable_input_or_unwritable_output_is_named(tmp_path):
     check_writable("/dev/null", "output")
 
 
-def test_an_output_where_no_file_can_be_created_is_refused_even_for_root():
-    """/sys lets root pass os.access but refuses new files: the check must try, not trust the permission bits
-    (a newcomer's translate.py run with output=/sys/x.en failed only after decoding, before this)."""
+def test_an_output_where_no_file_can_be_created_is_refused_even_for_root(monkeypatch):
+    """/sys refuses new files even to root, whom os.access lets pass: the check must try, not trust the
+    permission bits (a newcomer's translate.py run with output=/sys/x.en failed only after decoding, before
+    this). os.access is made to say yes here, as it does for root, so the test holds for any user."""
     from nmt.textio import TextFileError, check_writable
 
     if not os.path.isdir("/sys/kernel"):
         pytest.skip("needs Linux's sysfs")
+    monkeypatch.setattr(os, "access", lambda *args, **kwargs: True)
     with pytest.raises(TextFileError, match=r"^alignments=/sys/a\.npz: cannot create files in /sys \("):
         check_writable("/sys/a.npz", "alignments")
     with pytest.raises(TextFileError, match=r"^plots=/sys/new/plots: cannot create files in /sys \("):
