@@ -392,7 +392,7 @@ class Decoder(nn.Module):
         features, weights = [], []
         # Weight gradients of the per-step products: one product over all steps in backward (StepLinears).
         linears = StepLinears(deferred=torch.is_grad_enabled() and self.training)
-        if not self.input_feeding:  # Luong without input feeding: only the GRU steps; attention and W_c take all T queries at once
+        if not self.input_feeding:  # Luong without feeding: only the GRU steps; attention and W_c take all T at once
             hidden = state.hidden
             for gates_t in emb_gates.unbind(1):
                 hidden = self._stack(gates_t, state.input_feed, hidden, linears)  # [L, B, H]

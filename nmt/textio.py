@@ -97,20 +97,14 @@ def check_writable(path: str | Path, key: str, folder: bool = False) -> None:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise TextFileError(f"{key}={path}: no permission to write in {parent}")
     # os.access says yes to root everywhere, and knows nothing of read-only or virtual file systems (/sys, /proc,
-    # a read-only mount): only creating a file there tells (it is removed at once)
+    # a read-only mount): only creating a file there tells. TemporaryFile leaves no name behind (O_TMPFILE, or
+    # a file unlinked as soon as it is made).
     try:
-        handle, probe = tempfile.mkstemp(prefix=".nmt-write-test.", dir=parent)
+        with tempfile.TemporaryFile(dir=parent):
+            pass
     except OSError as err:
         raise TextFileError(f"{key}={path}: cannot create files in {parent} ({err.strerror}); choose another "
                             "folder") from err
-    try:
-        os.close(handle)
-    finally:
-        try:
-            os.unlink(probe)
-        except OSError as err:
-            raise TextFileError(f"{key}={path}: created {probe} to test the folder but cannot remove it "
-                                f"({err.strerror})") from err
 
 
 def atomic_write(path: str | Path, data: str | bytes) -> None:
