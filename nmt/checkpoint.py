@@ -118,11 +118,13 @@ def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Se
     """
     m = cfg.model
     encoder = Encoder(src_vocab_size, m.emb_size, m.hidden_size, m.encoder_layers, m.dropout,
-                      decoder_layers=m.decoder_layers, pad_id=PAD_ID)
+                      decoder_layers=m.decoder_layers, pad_id=PAD_ID,
+                      word_dropout=m.get("source_word_dropout", 0.0))
     decoder = Decoder(tgt_vocab_size, m.emb_size, m.hidden_size, instantiate(cfg.attention),
                       num_layers=m.decoder_layers, dropout=m.dropout, style=cfg.decoder.style, pad_id=PAD_ID,
                       tie_embeddings=m.get("tie_embeddings", False),
-                      input_feeding=cfg.decoder.get("input_feeding", True))
+                      input_feeding=cfg.decoder.get("input_feeding", True),
+                      word_dropout=m.get("target_word_dropout", 0.0))
     return Seq2Seq(encoder, decoder)
 
 

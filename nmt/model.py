@@ -123,6 +123,37 @@ class Dropout(nn.Dropout):
         return x * keep
 
 
+class WordDropout(nn.Module):
+    """Word dropout (Gal and Ghahramani 2016, sec. 4; Sennrich and Zhang 2019, sec. 3.2): in training each token's
+    whole embedding vector is zeroed with probability p, so the network must translate and predict without that
+    word; the kept embeddings are scaled by 1/(1-p), as Nematus' ``dropout_source``/``dropout_target`` do, so the
+    expected input is unchanged. One draw per token position (not per word type). In eval mode x is returned
+    unchanged.
+
+    Args:
+        p: the probability of dropping a token, in [0, 1).
+
+    Raises:
+        ValueError: for p outside [0, 1).
+    """
+
+    def __init__(self, p: float = 0.0):
+        super().__init__()
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"word dropout probability must be in [0, 1), got {p}")
+        self.p = p
+
+    def forward(self, emb: torch.Tensor) -> torch.Tensor:
+        """emb ``[B, L, E]`` or ``[B, E]`` (one step) -> the same shape, each ``[E]`` row kept or zeroed whole."""
+        if not self.training or self.p == 0.0:
+            return emb
+        keep = torch.empty(emb.shape[:-1] + (1,), dtype=emb.dtype, device=emb.device)  # [B, L, 1]
+        return emb * keep.uniform_().ge_(self.p).div_(1.0 - self.p)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
 def _gru_update(gi: torch.Tensor, gh: torch.Tensor, h_prev: torch.Tensor) -> torch.Tensor:
     """The GRU update from precomputed input gates gi ``[B, 3H]`` and hidden gates gh ``[B, 3H]`` (PyTorch's
     layout r, z, n; Cho et al. 2014, eqs. 5-8): the new hidden state ``[B, H]``."""
@@ -142,16 +173,19 @@ class Encoder(nn.Module):
     bridge ``tanh(W_b [→h_S; ←h_1])`` from the final forward and backward states of the top layer, one H-vector
     per decoder layer.
 
+    ``word_dropout``: the :class:`WordDropout` probability on the source embeddings (before ``dropout``).
+
     Raises:
-        ValueError: if ``hidden_size`` is odd.
+        ValueError: if ``hidden_size`` is odd, or ``word_dropout`` is outside [0, 1).
     """
 
     def __init__(self, vocab_size: int, emb_size: int, hidden_size: int, num_layers: int = 1,
-                 dropout: float = 0.3, decoder_layers: int = 1, pad_id: int = 0):
+                 dropout: float = 0.3, decoder_layers: int = 1, pad_id: int = 0, word_dropout: float = 0.0):
         super().__init__()
         if hidden_size % 2:
             raise ValueError(f"hidden_size must be even (two directions of hidden_size/2), got {hidden_size}")
         self.embed = nn.Embedding(vocab_size, emb_size, padding_idx=pad_id)
+        self.word_dropout = WordDropout(word_dropout)
         self.dropout = Dropout(dropout)
         self.rnn = nn.GRU(emb_size, hidden_size // 2, num_layers, batch_first=True, bidirectional=True,
                           dropout=dropout if num_layers > 1 else 0.0)
@@ -168,7 +202,7 @@ class Encoder(nn.Module):
             keys ``[B, S, H]`` (zeros on padding) and the initial decoder hidden state ``[L, B, H]``.
         """
         lengths = src_mask.sum(dim=1)  # [B]
-        emb = self.dropout(self.embed(src))  # [B, S, E]
+        emb = self.dropout(self.word_dropout(self.embed(src)))  # [B, S, E]
         packed = pack_padded_sequence(emb, lengths.cpu(), batch_first=True, enforce_sorted=False)
         out, h_n = self.rnn(packed)  # h_n [2*layers, B, H/2]
         keys, _ = pad_packed_sequence(out, batch_first=True, total_length=src.size(1))  # [B, S, H]
@@ -210,15 +244,17 @@ class Decoder(nn.Module):
         tie_embeddings: share the target embeddings with the output projection W_s (readout size E).
         input_feeding: feed h̃_{t-1} to the GRU (Luong §3.3); only ``False`` with style ``"luong"`` changes
             anything (Bahdanau's decoder feeds the context vector c_t by definition).
+        word_dropout: the :class:`WordDropout` probability on the input embeddings E y_{t-1} (before
+            ``dropout``); the output projection W_s is never dropped, tied or not.
 
     Raises:
-        ValueError: for an unknown style, an ``input_feeding`` that is not a bool, or ``input_feeding=False``
-            with style ``"bahdanau"``.
+        ValueError: for an unknown style, an ``input_feeding`` that is not a bool, ``input_feeding=False``
+            with style ``"bahdanau"``, or ``word_dropout`` outside [0, 1).
     """
 
     def __init__(self, vocab_size: int, emb_size: int, hidden_size: int, attention: AttentionFactory,
                  num_layers: int = 1, dropout: float = 0.3, style: str = "luong", pad_id: int = 0,
-                 tie_embeddings: bool = False, input_feeding: bool = True):
+                 tie_embeddings: bool = False, input_feeding: bool = True, word_dropout: float = 0.0):
         super().__init__()
         if style not in ("luong", "bahdanau"):
             raise ValueError(f"decoder.style must be 'luong' or 'bahdanau', got {style!r}")
@@ -233,6 +269,7 @@ class Decoder(nn.Module):
         self.emb_size = emb_size
         self.readout_size = emb_size if tie_embeddings else hidden_size  # R
         self.embed = nn.Embedding(vocab_size, emb_size, padding_idx=pad_id)
+        self.word_dropout = WordDropout(word_dropout)  # on the inputs y_{t-1} only, never on W_s
         self.dropout = Dropout(dropout)
         feed_size = self._feed_size()  # h̃_{t-1} (Luong), c_t (Bahdanau) or nothing
         self.cells = nn.ModuleList(
@@ -373,7 +410,7 @@ class Decoder(nn.Module):
         Raises:
             ValueError: if B is not a multiple of the memory's rows.
         """
-        emb = self.dropout(self.embed(y_prev))  # [B, E]
+        emb = self.dropout(self.word_dropout(self.embed(y_prev)))  # [B, E]
         gates = self._embed_gates(emb) if gate_table is None else gate_table.index_select(0, y_prev)  # [B, 3H]
         features, state, weights = self._recur(gates, emb, state, memory)
         return self._readout(features), state, weights
@@ -387,7 +424,7 @@ class Decoder(nn.Module):
         Returns:
             logits ``[B, T, V]`` and attention weights ``[B, T, S]`` (row t is a_t, the alignment of output t).
         """
-        emb = self.dropout(self.embed(tgt_in))  # [B, T, E]
+        emb = self.dropout(self.word_dropout(self.embed(tgt_in)))  # [B, T, E]
         emb_gates = self._embed_gates(emb)  # [B, T, 3H], one matrix product for all steps
         features, weights = [], []
         # Weight gradients of the per-step products: one product over all steps in backward (StepLinears).

@@ -104,7 +104,8 @@ NUMERIC_SETTINGS = {
     "tokenizer.vocab_size": (True, 1, False), "tokenizer.sample_alpha": (False, 0.0, True),
     "model.emb_size": (True, 1, False), "model.hidden_size": (True, 2, False),
     "model.encoder_layers": (True, 1, False), "model.decoder_layers": (True, 1, False),
-    "model.dropout": (False, 0.0, False),
+    "model.dropout": (False, 0.0, False), "model.source_word_dropout": (False, 0.0, False),
+    "model.target_word_dropout": (False, 0.0, False),
     "train.batch_tokens": (True, 1, False), "train.lr": (False, 0.0, False), "train.clip": (False, 0.0, False),
     "train.label_smoothing": (False, 0.0, False), "train.lr_factor": (False, 0.0, False),
     "train.lr_patience": (True, 0, False), "train.min_lr": (False, 0.0, True), "train.max_steps": (True, 0, True),
@@ -114,7 +115,8 @@ NUMERIC_SETTINGS = {
     "eval.plots": (True, 0, True),
 }
 POSITIVE = ("train.lr", "train.clip", "train.lr_factor")  # 0 would silently train nothing (clip 0 zeroes gradients)
-BELOW_ONE = ("model.dropout", "train.label_smoothing", "train.lr_factor")  # probabilities; a factor that must shrink
+BELOW_ONE = ("model.dropout", "model.source_word_dropout", "model.target_word_dropout", "train.label_smoothing",
+             "train.lr_factor")  # probabilities; a factor that must shrink
 
 
 def check_numbers(cfg) -> None:

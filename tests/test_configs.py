@@ -75,7 +75,8 @@ def test_local_p_scores(compose_cfg, score):
 @pytest.mark.parametrize("overrides", [["model.encoder_layers=2", "model.decoder_layers=3"],
                                        ["attention=additive", "attention.hidden_size=5"],
                                        ["attention=dot", "attention.scaled=true"],
-                                       ["attention=general", "attention.scaled=true"]])
+                                       ["attention=general", "attention.scaled=true"],
+                                       ["model.source_word_dropout=0.2", "model.target_word_dropout=0.1"]])
 def test_other_model_options(compose_cfg, overrides):
     model = build_model(compose_cfg([*overrides, *SMALL]), V_SRC, V_TGT)
     assert forward_shapes(model)[0] == (3, 4, V_TGT)
@@ -85,6 +86,10 @@ def test_other_model_options(compose_cfg, overrides):
         assert model.decoder.attention.v_a.in_features == 5
     if "attention.scaled=true" in overrides:
         assert model.decoder.attention.scale == pytest.approx(8**-0.5)
+    if "model.source_word_dropout=0.2" in overrides:
+        assert (model.encoder.word_dropout.p, model.decoder.word_dropout.p) == (0.2, 0.1)
+    else:
+        assert (model.encoder.word_dropout.p, model.decoder.word_dropout.p) == (0.0, 0.0)
 
 
 @pytest.mark.parametrize("decode", DECODES)

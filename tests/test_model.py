@@ -7,7 +7,7 @@ import torch
 from torch.nn import functional as F
 
 from nmt.attention import Additive, Dot, General, LocalP
-from nmt.model import Decoder, Dropout, Encoder, Seq2Seq
+from nmt.model import Decoder, Dropout, Encoder, Seq2Seq, WordDropout
 
 PAD, BOS, EOS = 0, 2, 3
 V, E, H = 15, 6, 8
@@ -228,6 +228,61 @@ def test_dropout_follows_the_torch_seed_and_is_the_identity_in_eval():
     assert drop.eval()(x) is x
     assert Dropout(0.0).train()(x) is x
     assert torch.count_nonzero(Dropout(1.0).train()(x)) == 0
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3])
+def test_word_dropout_zeros_whole_token_embeddings(p):
+    """A fraction p of the tokens (4 standard deviations over 10^5 tokens) lose their whole embedding; no row is
+    partly zeroed; the kept rows are scaled by 1/(1-p) and so is their gradient; eval and p=0 are the identity."""
+    torch.manual_seed(0)
+    x = (torch.rand(200, 500, 8) + 0.5).requires_grad_(True)  # [B, L, E], no zeros of its own
+    y = WordDropout(p).train()(x)
+    zero = y == 0
+    dropped = zero.all(-1)  # [B, L]
+    assert torch.equal(dropped, zero.any(-1))
+    n = dropped.numel()
+    assert abs(float(dropped.float().mean()) - p) < 4 * (p * (1 - p) / n) ** 0.5
+    torch.testing.assert_close(y[~dropped], x[~dropped] / (1 - p))
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, (~dropped).float().unsqueeze(-1).expand_as(x) / (1 - p))
+    assert WordDropout(p).eval()(x) is x
+    assert WordDropout(0.0).train()(x) is x
+    for bad in (1.0, -0.1):
+        with pytest.raises(ValueError, match=r"word dropout probability must be in \[0, 1\)"):
+            WordDropout(bad)
+
+
+def test_word_dropout_acts_on_both_embedding_inputs_in_training_only():
+    """Source and target word dropout drop whole rows of the embeddings the encoder and the decoder read
+    (the target's inputs y_{t-1}: the tied output layer keeps its weights); in eval the model equals one built
+    without word dropout."""
+    src, mask = padded([7, 5, 6], S=7)
+    tgt_in = random_tgt_in(3, 6)
+    torch.manual_seed(0)
+    plain = Seq2Seq(Encoder(V, E, H, dropout=0.0), Decoder(V, E, H, ATTENTIONS["additive"], dropout=0.0,
+                                                           tie_embeddings=True))
+    torch.manual_seed(0)
+    model = Seq2Seq(Encoder(V, E, H, dropout=0.0, word_dropout=0.5),
+                    Decoder(V, E, H, ATTENTIONS["additive"], dropout=0.0, tie_embeddings=True, word_dropout=0.5))
+    seen = {}
+    for name in ("encoder", "decoder"):
+        getattr(model, name).word_dropout.register_forward_hook(
+            lambda module, args, out, name=name: seen.__setitem__(name, (args[0], out)))
+    model.train()
+    with torch.no_grad():
+        logits, _ = model(src, mask, tgt_in)
+    for name in ("encoder", "decoder"):
+        emb, out = seen[name]
+        dropped = (out == 0).all(-1)
+        assert 0 < float(dropped.float().mean()) < 1
+        torch.testing.assert_close(out[~dropped], emb[~dropped] * 2)
+    weight = model.decoder.embed.weight
+    assert model.decoder.generator.weight is weight and bool((weight != 0).all(-1)[4:].all())
+    plain.eval()
+    model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model(src, mask, tgt_in)[0], plain(src, mask, tgt_in)[0], atol=0, rtol=0)
+        assert not torch.allclose(logits, plain(src, mask, tgt_in)[0])
 
 
 @pytest.mark.parametrize("style", STYLES)

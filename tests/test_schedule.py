@@ -140,6 +140,8 @@ def test_stopping_before_the_budget_ends_and_a_changed_budget_on_resume_are_repo
     ("train.batch_tokens=0", "train.batch_tokens=0 must be a whole number >= 1"),
     ("train.valid_every=true", "train.valid_every=True must be a whole number"),
     ("model.dropout=1.0", "model.dropout=1.0 must be below 1"),
+    ("model.source_word_dropout=1", "model.source_word_dropout=1 must be below 1"),
+    ("model.target_word_dropout=-0.1", "model.target_word_dropout=-0.1 must be a number >= 0.0"),
     ("train.clip=0", "train.clip=0 must be above 0"),
     ("train.lr=nan", "train.lr=nan must be a number"),
     ("train.lr_factor=1.5", "train.lr_factor=1.5 must be below 1"),
