@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("best", "last"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name} takes a number of checkpoints, at least 1 (got {getattr(args, name)})")
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    # Warnings only: the result is the one "wrote ..." line on stdout (average_checkpoints' info line would repeat it)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
     try:
         check_writable(args.out, "--out")  # before loading anything
         if args.best or args.last:

@@ -124,10 +124,10 @@ class Dropout(nn.Dropout):
 
 
 class WordDropout(nn.Module):
-    """Word dropout (Gal and Ghahramani 2016, sec. 4; Sennrich and Zhang 2019, sec. 3.2): in training each token's
-    whole embedding vector is zeroed with probability p, so the network must translate and predict without that
-    word; the kept embeddings are scaled by 1/(1-p), as Nematus' ``dropout_source``/``dropout_target`` do, so the
-    expected input is unchanged. One draw per token position (not per word type). In eval mode x is returned
+    """Word dropout as Nematus' ``dropout_source``/``dropout_target`` (used by Sennrich and Zhang 2019): in training
+    each token's whole embedding vector is zeroed with probability p, so the network must translate and predict
+    without that word; the kept embeddings are scaled by 1/(1-p), so the expected input is unchanged. One draw per
+    token position: a variant of Gal and Ghahramani (2016, sec. 4), who drop word types. In eval mode x is returned
     unchanged.
 
     Args:

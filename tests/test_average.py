@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -98,6 +100,11 @@ def test_checkpoints_from_before_input_feeding_was_a_setting_load_and_average(th
     torch.save(payload, old)
     assert checkpoint.load_payload(old)["config"]["decoder"]["input_feeding"] is True
     assert checkpoint.load(old)[0].decoder.input_feeding is True
+    for side in ("source", "target"):  # word dropout (a later setting still): none, as before it existed
+        del payload["config"]["model"][f"{side}_word_dropout"]
+    torch.save(payload, old)
+    assert checkpoint.load_payload(old)["config"]["model"]["source_word_dropout"] == 0.0
+    assert checkpoint.load_payload(old)["config"]["model"]["target_word_dropout"] == 0.0
     average_checkpoints([paths[0], old], tmp_path / "out.pt")
     cfg = compose_cfg([*SMALL, "decoder.input_feeding=false"])
     nofeed = tmp_path / "nofeed.pt"
@@ -119,6 +126,19 @@ def test_select_best_by_validation_bleu_and_last_by_step(three_checkpoints, tmp_
     assert [p.name for p in select_checkpoints(tmp_path, best=1)] == ["step_20.pt"]
     with pytest.raises(FileNotFoundError, match="keep_best"):
         select_checkpoints(tmp_path / "checkpoints")
+
+
+def test_command_line_reports_success_once_on_stdout(three_checkpoints, tmp_path):
+    """As a program: the "wrote" line on stdout and nothing on stderr (no second report through logging);
+    a warning (one checkpoint only) still reaches stderr."""
+    _, paths, _ = three_checkpoints
+    proc = subprocess.run([sys.executable, "-m", "nmt.average", *map(str, paths[:2]), "--out", str(tmp_path / "a.pt")],
+                          check=False, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert proc.stdout == f"wrote {tmp_path / 'a.pt'} (mean of {paths[0]}, {paths[1]})\n"
+    proc = subprocess.run([sys.executable, "-m", "nmt.average", str(paths[0]), "--out", str(tmp_path / "b.pt")],
+                          check=False, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stderr.startswith("only one checkpoint")
 
 
 def test_command_line(three_checkpoints, tmp_path, capsys):

@@ -252,37 +252,51 @@ def test_word_dropout_zeros_whole_token_embeddings(p):
             WordDropout(bad)
 
 
-def test_word_dropout_acts_on_both_embedding_inputs_in_training_only():
-    """Source and target word dropout drop whole rows of the embeddings the encoder and the decoder read
-    (the target's inputs y_{t-1}: the tied output layer keeps its weights); in eval the model equals one built
-    without word dropout."""
+@pytest.mark.parametrize("side", ["encoder", "decoder"])
+@pytest.mark.parametrize("style", STYLES)
+def test_word_dropout_is_one_mask_per_token_on_that_sides_embeddings(side, style):
+    """With word dropout on one side only (and no other dropout), a training forward pass equals the plain model's
+    with the seeded mask ``[B, L, 1]`` multiplied into that side's embedding lookup, and nothing else: so it
+    reaches everything that reads those embeddings (for the decoder: the GRU input, and Bahdanau's readout) but
+    not the tied output layer. The decoder's single ``step`` does the same. In eval it is the plain model."""
+    p = 0.4
     src, mask = padded([7, 5, 6], S=7)
     tgt_in = random_tgt_in(3, 6)
-    torch.manual_seed(0)
-    plain = Seq2Seq(Encoder(V, E, H, dropout=0.0), Decoder(V, E, H, ATTENTIONS["additive"], dropout=0.0,
-                                                           tie_embeddings=True))
-    torch.manual_seed(0)
-    model = Seq2Seq(Encoder(V, E, H, dropout=0.0, word_dropout=0.5),
-                    Decoder(V, E, H, ATTENTIONS["additive"], dropout=0.0, tie_embeddings=True, word_dropout=0.5))
-    seen = {}
-    for name in ("encoder", "decoder"):
-        getattr(model, name).word_dropout.register_forward_hook(
-            lambda module, args, out, name=name: seen.__setitem__(name, (args[0], out)))
+
+    def tied(word_dropout=0.0):  # tied embeddings, like the presets
+        torch.manual_seed(0)
+        return Seq2Seq(Encoder(V, E, H, dropout=0.0, word_dropout=word_dropout if side == "encoder" else 0.0),
+                       Decoder(V, E, H, ATTENTIONS["additive"], dropout=0.0, tie_embeddings=True,
+                               word_dropout=word_dropout if side == "decoder" else 0.0, **decoder_style(style)))
+
+    plain, model, plain_eval = tied(), tied(p), tied()
+    shape = (3, 7, 1) if side == "encoder" else (3, 6, 1)
+    torch.manual_seed(5)
+    keep = (torch.rand(shape) >= p).float() / (1 - p)
+    assert 0 < float((keep == 0).float().mean()) < 1
+    getattr(plain, side).embed.register_forward_hook(
+        lambda module, args, out: out * keep)  # (the keep of the moment: [B, L, 1], later [B, 1] for step)
     model.train()
+    plain.train()
     with torch.no_grad():
-        logits, _ = model(src, mask, tgt_in)
-    for name in ("encoder", "decoder"):
-        emb, out = seen[name]
-        dropped = (out == 0).all(-1)
-        assert 0 < float(dropped.float().mean()) < 1
-        torch.testing.assert_close(out[~dropped], emb[~dropped] * 2)
-    weight = model.decoder.embed.weight
-    assert model.decoder.generator.weight is weight and bool((weight != 0).all(-1)[4:].all())
-    plain.eval()
+        torch.manual_seed(5)
+        got, got_align = model(src, mask, tgt_in)
+        want, want_align = plain(src, mask, tgt_in)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(got_align, want_align)
+        if side == "decoder":  # one step from the same start: the mask of step 0
+            memory, state = plain.encode(src, mask)
+            torch.manual_seed(5)
+            keep = (torch.rand(3, 1) >= p).float() / (1 - p)
+            assert 0 < float((keep == 0).float().mean()) < 1
+            want_step = plain.decoder.step(tgt_in[:, 0], state, memory)[0]
+            torch.manual_seed(5)
+            torch.testing.assert_close(model.decoder.step(tgt_in[:, 0], state, memory)[0], want_step)
     model.eval()
+    plain_eval.eval()
     with torch.no_grad():
-        torch.testing.assert_close(model(src, mask, tgt_in)[0], plain(src, mask, tgt_in)[0], atol=0, rtol=0)
-        assert not torch.allclose(logits, plain(src, mask, tgt_in)[0])
+        torch.testing.assert_close(model(src, mask, tgt_in)[0], plain_eval(src, mask, tgt_in)[0], atol=0, rtol=0)
+        assert not torch.allclose(got, plain_eval(src, mask, tgt_in)[0])
 
 
 @pytest.mark.parametrize("style", STYLES)
