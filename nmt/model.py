@@ -147,7 +147,7 @@ class WordDropout(nn.Module):
         """emb ``[B, L, E]`` or ``[B, E]`` (one step) -> the same shape, each ``[E]`` row kept or zeroed whole."""
         if not self.training or self.p == 0.0:
             return emb
-        keep = torch.empty(emb.shape[:-1] + (1,), dtype=emb.dtype, device=emb.device)  # [B, L, 1]
+        keep = torch.empty(emb.shape[:-1] + (1,), dtype=emb.dtype, device=emb.device)  # [B, L, 1] or [B, 1]
         return emb * keep.uniform_().ge_(self.p).div_(1.0 - self.p)
 
     def extra_repr(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +15,8 @@ from nmt.average import average_checkpoints, average_state_dicts, check_same_mod
 from nmt.checkpoint import CheckpointError
 from nmt.tokenizer import Tokenizer
 from nmt.training import train
+
+REPO = Path(__file__).resolve().parent.parent
 
 SMALL = ["model.emb_size=8", "model.hidden_size=12", "device=cpu"]
 
@@ -89,10 +92,12 @@ def test_same_shapes_but_another_model_or_other_subwords_are_refused(three_check
     assert not (tmp_path / "out.pt").exists()
 
 
-def test_checkpoints_from_before_input_feeding_was_a_setting_load_and_average(three_checkpoints, compose_cfg,
-                                                                              tokenizer, tmp_path):
+def test_checkpoints_from_before_later_settings_load_resume_and_average(three_checkpoints, compose_cfg, tokenizer,
+                                                                         tmp_path):
     """A checkpoint whose config has no decoder.input_feeding (written before the setting existed) is an input
-    feeding model: it loads as one and averages with a new one; a model without input feeding is refused."""
+    feeding model: it loads as one and averages with a new one; a model without input feeding is refused. One
+    without model.source_word_dropout / target_word_dropout had none: it loads with 0.0, so its model settings
+    equal a new checkpoint's (what resuming compares) and it averages with one."""
     _, paths, _ = three_checkpoints
     old = tmp_path / "old.pt"
     payload = torch.load(paths[1], weights_only=True)
@@ -105,6 +110,8 @@ def test_checkpoints_from_before_input_feeding_was_a_setting_load_and_average(th
     torch.save(payload, old)
     assert checkpoint.load_payload(old)["config"]["model"]["source_word_dropout"] == 0.0
     assert checkpoint.load_payload(old)["config"]["model"]["target_word_dropout"] == 0.0
+    old_cfg, new_cfg = checkpoint.load(old)[1], checkpoint.load(paths[0])[1]
+    assert checkpoint.differences(old_cfg.model, new_cfg.model, "model") == []
     average_checkpoints([paths[0], old], tmp_path / "out.pt")
     cfg = compose_cfg([*SMALL, "decoder.input_feeding=false"])
     nofeed = tmp_path / "nofeed.pt"
@@ -133,11 +140,11 @@ def test_command_line_reports_success_once_on_stdout(three_checkpoints, tmp_path
     a warning (one checkpoint only) still reaches stderr."""
     _, paths, _ = three_checkpoints
     proc = subprocess.run([sys.executable, "-m", "nmt.average", *map(str, paths[:2]), "--out", str(tmp_path / "a.pt")],
-                          check=False, capture_output=True, text=True, timeout=120)
+                          check=False, capture_output=True, text=True, timeout=120, cwd=REPO)
     assert proc.returncode == 0 and proc.stderr == ""
     assert proc.stdout == f"wrote {tmp_path / 'a.pt'} (mean of {paths[0]}, {paths[1]})\n"
     proc = subprocess.run([sys.executable, "-m", "nmt.average", str(paths[0]), "--out", str(tmp_path / "b.pt")],
-                          check=False, capture_output=True, text=True, timeout=120)
+                          check=False, capture_output=True, text=True, timeout=120, cwd=REPO)
     assert proc.returncode == 0 and proc.stderr.startswith("only one checkpoint")
 
 
