@@ -157,8 +157,8 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error("--best/--last take one run directory")
             paths = select_checkpoints(args.inputs[0], best=args.best, last=args.last)
             if len(paths) < (args.best or args.last):
-                log.warning("%s has %d step checkpoints, fewer than the %d asked for: averaging all of them",
-                            args.inputs[0], len(paths), args.best or args.last)
+                log.warning("%s has %d step checkpoint%s, fewer than the %d asked for: averaging all of them",
+                            args.inputs[0], len(paths), "" if len(paths) == 1 else "s", args.best or args.last)
         else:
             paths = [Path(p) for p in args.inputs]
         if len(paths) == 1:

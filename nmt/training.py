@@ -108,13 +108,15 @@ NUMERIC_SETTINGS = {
     "model.target_word_dropout": (False, 0.0, False),
     "train.batch_tokens": (True, 1, False), "train.lr": (False, 0.0, False), "train.clip": (False, 0.0, False),
     "train.label_smoothing": (False, 0.0, False), "train.lr_factor": (False, 0.0, False),
-    "train.lr_patience": (True, 0, False), "train.min_lr": (False, 0.0, True), "train.max_steps": (True, 0, True),
-    "train.max_epochs": (True, 0, True), "train.max_minutes": (False, 0.0, True), "train.valid_every": (True, 1, False),
+    "train.lr_patience": (True, 0, False), "train.min_lr": (False, 0.0, True), "train.max_steps": (True, 1, True),
+    "train.max_epochs": (True, 1, True), "train.max_minutes": (False, 0.0, True), "train.valid_every": (True, 1, False),
     "train.log_every": (True, 0, True), "train.patience": (True, 0, True), "train.keep_best": (True, 0, True),
     "data.max_len": (True, 1, False), "data.train_limit": (True, 1, True), "data.eval_limit": (True, 1, True),
     "eval.plots": (True, 0, True),
 }
-POSITIVE = ("train.lr", "train.clip", "train.lr_factor")  # 0 would silently train nothing (clip 0 zeroes gradients)
+POSITIVE = ("train.lr", "train.clip", "train.lr_factor", "train.max_minutes")  # 0 would silently train nothing
+# (clip 0 zeroes gradients); a limit of 0 would silently mean none (the stop test reads 0 as unset)
+LIMITS = ("train.max_steps", "train.max_epochs", "train.max_minutes")
 BELOW_ONE = ("model.dropout", "model.source_word_dropout", "model.target_word_dropout", "train.label_smoothing",
              "train.lr_factor")  # probabilities; a factor that must shrink
 
@@ -140,10 +142,11 @@ def check_numbers(cfg) -> None:
         if (isinstance(value, bool) or not isinstance(value, int if whole else (int, float))
                 or (isinstance(value, float) and math.isnan(value))):
             raise ValueError(f"{key}={value} must be {kind}{' (or null)' if nullable else ''}")
+        no_limit = " (or null: no limit)" if key in LIMITS else ""
         if low is not None and value < low:
-            raise ValueError(f"{key}={value} must be {kind} >= {low}")
+            raise ValueError(f"{key}={value} must be {kind} >= {low}{no_limit}")
         if key in POSITIVE and value <= 0:
-            raise ValueError(f"{key}={value} must be above 0")
+            raise ValueError(f"{key}={value} must be above 0{no_limit}")
         if key in BELOW_ONE and value >= 1:
             raise ValueError(f"{key}={value} must be below 1")
 
