@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import warnings
 from pathlib import Path
 
@@ -227,9 +228,13 @@ def main(argv: list[str] | None = None) -> list[Path]:
     try:
         gold = (read_alignments(args.gold, args.gold_format, one_based=args.one_based,
                                 target_first=args.target_first) if args.gold else None)
-        paths = plot_npz(args.npz, args.index, args.out, gold=gold, shift=args.shift)
+        with warnings.catch_warnings(record=True) as caught:  # one line each on stderr, not Python's two
+            warnings.simplefilter("always")
+            paths = plot_npz(args.npz, args.index, args.out, gold=gold, shift=args.shift)
     except (KeyError, ValueError, FileNotFoundError) as err:
         parser.error(str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err))
+    for warning in caught:
+        print(f"{parser.prog}: warning: {warning.message}", file=sys.stderr)
     for p in paths:
         print(p)
     return paths

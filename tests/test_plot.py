@@ -63,6 +63,14 @@ def test_empty_sentence_skipped_with_warning(artifacts, tmp_path):
     assert paths == []
 
 
+def test_main_reports_an_empty_sentence_in_one_line(artifacts, tmp_path, capsys):
+    """As a program, the skipped empty sentence is one ``warning:`` line on stderr (not Python's warning with a
+    source line), and the other sentences are still drawn."""
+    paths = main([str(artifacts), "--index", "0", "1", "--out", str(tmp_path / "cli")])
+    assert [p.name for p in paths] == ["test_0.png"]
+    assert capsys.readouterr().err == f"python -m nmt.plot: warning: {artifacts}: sentence 1 is empty, skipped\n"
+
+
 def test_missing_index_names_file_and_range(artifacts):
     with pytest.raises(KeyError, match=r"test\.alignments\.npz.*0\.\.3"):
         plot_npz(artifacts, [99])
