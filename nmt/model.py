@@ -99,6 +99,12 @@ class StepLinears:
 PLAIN = StepLinears(deferred=False)
 
 
+def _keep_mask(x: torch.Tensor, shape: torch.Size | tuple[int, ...], p: float) -> torch.Tensor:
+    """An inverted-dropout mask of ``shape`` (broadcastable to x) in x's dtype and device: 1/(1-p) where
+    ``uniform(0, 1) >= p`` (kept, probability 1-p), 0 elsewhere."""
+    return torch.empty(shape, dtype=x.dtype, device=x.device).uniform_().ge_(p).div_(1.0 - p)
+
+
 class Dropout(nn.Dropout):
     """Inverted dropout (Srivastava et al. 2014, with the 1/(1-p) scaling at training time), as ``nn.Dropout``:
     in training each element of x ``[*]`` is zeroed with probability p and the rest are scaled by 1/(1-p); in
@@ -119,8 +125,7 @@ class Dropout(nn.Dropout):
         """x ``[*]`` -> the same shape."""
         if not self.training or self.p in (0.0, 1.0) or self.inplace or x.device.type != "cpu":
             return super().forward(x)
-        keep = torch.empty_like(x).uniform_().ge_(self.p).div_(1.0 - self.p)  # 1/(1-p) kept, 0 dropped
-        return x * keep
+        return x * _keep_mask(x, x.shape, self.p)
 
 
 class WordDropout(nn.Module):
@@ -147,8 +152,7 @@ class WordDropout(nn.Module):
         """emb ``[B, L, E]`` or ``[B, E]`` (one step) -> the same shape, each ``[E]`` row kept or zeroed whole."""
         if not self.training or self.p == 0.0:
             return emb
-        keep = torch.empty(emb.shape[:-1] + (1,), dtype=emb.dtype, device=emb.device)  # [B, L, 1] or [B, 1]
-        return emb * keep.uniform_().ge_(self.p).div_(1.0 - self.p)
+        return emb * _keep_mask(emb, emb.shape[:-1] + (1,), self.p)  # mask [B, L, 1] or [B, 1]
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
