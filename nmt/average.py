@@ -149,20 +149,24 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name} takes a number of checkpoints, at least 1 (got {getattr(args, name)})")
     # Warnings only: the result is the one "wrote ..." line on stdout (average_checkpoints' info line would repeat it)
-    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.basicConfig(level=logging.WARNING, format="python -m nmt.average: warning: %(message)s")
     try:
         check_writable(args.out, "--out")  # before loading anything
         if args.best or args.last:
             if len(args.inputs) != 1 or not Path(args.inputs[0]).is_dir():
                 parser.error("--best/--last take one run directory")
             paths = select_checkpoints(args.inputs[0], best=args.best, last=args.last)
-            if len(paths) < (args.best or args.last):
-                log.warning("%s has %d step checkpoint%s, fewer than the %d asked for: averaging all of them",
-                            args.inputs[0], len(paths), "" if len(paths) == 1 else "s", args.best or args.last)
+            asked = args.best or args.last
+            if len(paths) < asked:  # one warning, also when only one is left (not a second "only one" line)
+                log.warning("%s has %d step checkpoint%s, fewer than the %d asked for: %s", args.inputs[0],
+                            len(paths), "" if len(paths) == 1 else "s", asked,
+                            "the output is a weights-only copy of it" if len(paths) == 1 else "averaging all of them")
+            elif len(paths) == 1:
+                log.warning("only one checkpoint (%s): the output is a weights-only copy of it", paths[0])
         else:
             paths = [Path(p) for p in args.inputs]
-        if len(paths) == 1:
-            log.warning("only one checkpoint (%s): the output is a weights-only copy of it", paths[0])
+            if len(paths) == 1:
+                log.warning("only one checkpoint (%s): the output is a weights-only copy of it", paths[0])
         average_checkpoints(paths, args.out)
     except (CheckpointError, OSError, ValueError) as error:  # OSError: not found, no permission
         print(f"python -m nmt.average: error: {error}", file=sys.stderr)

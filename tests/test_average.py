@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -145,7 +146,28 @@ def test_command_line_reports_success_once_on_stdout(three_checkpoints, tmp_path
     assert proc.stdout == f"wrote {tmp_path / 'a.pt'} (mean of {paths[0]}, {paths[1]})\n"
     proc = subprocess.run([sys.executable, "-m", "nmt.average", str(paths[0]), "--out", str(tmp_path / "b.pt")],
                           check=False, capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert proc.returncode == 0 and proc.stderr.startswith("only one checkpoint")
+    assert proc.returncode == 0
+    assert proc.stderr == (f"python -m nmt.average: warning: only one checkpoint ({paths[0]}): the output is a "
+                           "weights-only copy of it\n")
+
+
+def test_command_line_one_warning_when_fewer_than_asked(three_checkpoints, tmp_path):
+    """--best 3 on a run with one step checkpoint: one prefixed warning line saying both things (fewer than
+    asked, a weights-only copy), not two overlapping ones; with two of three, "averaging all of them"."""
+    _, paths, _ = three_checkpoints
+    for kept in (1, 2):
+        run = tmp_path / f"run{kept}"
+        (run / "checkpoints").mkdir(parents=True)
+        for path in paths[:kept]:
+            shutil.copy(path, run / "checkpoints" / path.name)
+        proc = subprocess.run([sys.executable, "-m", "nmt.average", str(run), "--best", "3", "--out",
+                               str(run / "avg.pt")], check=False, capture_output=True, text=True, timeout=120, cwd=REPO)
+        assert proc.returncode == 0 and proc.stdout.startswith(f"wrote {run / 'avg.pt'}")
+        lines = proc.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("python -m nmt.average: warning: "), proc.stderr
+        noun = "checkpoint" if kept == 1 else "checkpoints"
+        assert f"has {kept} step {noun}, fewer than the 3 asked for: " in lines[0]
+        assert lines[0].endswith("weights-only copy of it" if kept == 1 else "averaging all of them")
 
 
 def test_command_line(three_checkpoints, tmp_path, capsys):
