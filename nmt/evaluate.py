@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class Translation:
     """One translated line: text (detokenized), source/hypothesis pieces (with ``</s>``), alignment
-    ``[len(hyp_pieces), len(src_pieces)]`` float32, the model score (log-prob / length penalty) and the
+    ``[len(hyp_pieces), len(src_pieces)]`` float32, the model score (log-prob / length penalty + coverage penalty) and the
     log-probability (nats, summed over the hypothesis pieces)."""
 
     text: str
@@ -73,7 +73,8 @@ def check_decoding(beam_size, n_best: int = 1, key: str = "decode.beam_size", de
     Raises ValueError, naming the setting, unless ``beam_size`` (the setting ``key``) is a whole number >= 1,
     ``n_best`` a whole number in ``[1, beam_size]`` (a beam of K keeps K hypotheses) and, when the ``decode`` node
     is given, ``batch_size`` a whole number >= 1, ``max_src_len`` a whole number >= 2 (a subword and ``</s>``),
-    ``length_penalty`` and ``max_len_a`` numbers >= 0, and ``max_len_b`` a number with
+    ``length_penalty``, ``coverage_penalty`` (when present: configurations saved before it existed lack it) and
+    ``max_len_a`` numbers >= 0, and ``max_len_b`` a number with
     ``2 * max_len_a + max_len_b >= 2`` (the shortest source, a subword and ``</s>``, leaves room for a subword and
     ``</s>``).
     """
@@ -87,10 +88,13 @@ def check_decoding(beam_size, n_best: int = 1, key: str = "decode.beam_size", de
     rules = {"batch_size": (_whole, 1, "a whole number >= 1 (sentences per batch)"),
              "max_src_len": (_whole, 2, "a whole number >= 2 (subwords kept of a source, </s> included)"),
              "length_penalty": (_number, 0, "a number >= 0 (GNMT alpha; 0 = raw log-probability)"),
+             "coverage_penalty": (_number, 0, "a number >= 0 (GNMT beta; 0 = off)"),
              "max_len_a": (_number, 0, "a number >= 0 (output limit: max_len_a * source length + max_len_b)"),
              "max_len_b": (_number, None, "a number (output limit: max_len_a * source length + max_len_b)")}
     for name, (kind, least, what) in rules.items():
         value = decode.get(name)
+        if name == "coverage_penalty" and value is None:
+            continue  # a run configured before decode.coverage_penalty existed: off
         if not kind(value) or (least is not None and value < least):
             raise ValueError(f"decode.{name}={value} must be {what}")
     if 2 * decode.max_len_a + decode.max_len_b < 2:  # the shortest source is one subword and </s>
@@ -125,6 +129,7 @@ def translate_nbest(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sentences: li
             log.warning("line %d: %d subwords, cut to max_src_len=%d", i + 1, len(ids[k]), decode.max_src_len)
             ids[k] = ids[k][: decode.max_src_len - 1] + ids[k][-1:]
     order = sorted(range(len(todo)), key=lambda k: len(ids[k]))
+    coverage = decode.get("coverage_penalty", 0.0)  # absent from the configs of runs before it existed
     with torch.inference_mode():
         gate_table = model.decoder.input_gate_table() if todo else None  # [V, 3H], shared by all batches
         for start in range(0, len(order), decode.batch_size):
@@ -132,10 +137,10 @@ def translate_nbest(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sentences: li
             batch = collate([ids[k] for k in chunk], None, chunk).to(device)
             if beam_size == 1:
                 hyps = [[hyp] for hyp in greedy(model, batch.src, batch.src_mask, decode.max_len_a,
-                                                decode.max_len_b, decode.length_penalty, gate_table)]
+                                                decode.max_len_b, decode.length_penalty, gate_table, coverage)]
             else:
                 hyps = beam(model, batch.src, batch.src_mask, beam_size, decode.length_penalty, decode.max_len_a,
-                            decode.max_len_b, n_best=n_best, gate_table=gate_table)
+                            decode.max_len_b, n_best=n_best, gate_table=gate_table, coverage_penalty_beta=coverage)
             for k, nbest in zip(chunk, hyps):
                 src_pieces = src_tok.pieces(ids[k])
                 results[todo[k]] = [Translation(tgt_tok.decode(h.ids), src_pieces, tgt_tok.pieces(h.ids),
@@ -157,8 +162,8 @@ def at_length_limit(translation: Translation, decode) -> bool:
 def nbest_lines(nbest: list[list[Translation]]) -> str:
     """An n-best list in the Moses format, one block of lines per input line (0-based index ``i``, best first):
     ``i ||| hypothesis ||| log_prob= L length= N ||| score``, with L the log-probability in nats, N the
-    hypothesis length in target subwords (``</s>`` included) and score = L / length penalty (what the beam
-    ranks by). An empty input line has one line with an empty hypothesis."""
+    hypothesis length in target subwords (``</s>`` included) and score = L / length penalty + coverage penalty
+    (what the beam ranks by). An empty input line has one line with an empty hypothesis."""
     return "".join(f"{i} ||| {t.text} ||| log_prob= {t.log_prob:.4f} length= {len(t.hyp_pieces)} ||| {t.score:.4f}\n"
                    for i, block in enumerate(nbest) for t in block)
 

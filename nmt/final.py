@@ -51,6 +51,7 @@ def final_evaluation(cfg, splits: dict[str, Parallel], run_dir: Path, device, be
             hyps = translate(model, src_tok, tgt_tok, splits[split].src, cfg.decode, device, beam_size=beam_size)
             scores = score([h.text for h in hyps], splits[split].tgt)
             scores.update(beam_size=beam_size or cfg.decode.beam_size, length_penalty=cfg.decode.length_penalty,
+                          coverage_penalty=cfg.decode.get("coverage_penalty", 0.0),
                           attention=cfg.attention._target_.rsplit(".", 1)[-1], decoder_style=cfg.decoder.style,
                           input_feeding=model.decoder.input_feeding, checkpoint=str(path), split=split, decoder=name)
             main = name != "greedy" or len(decoders) == 1

@@ -17,7 +17,7 @@ PAD_ID, BOS_ID, EOS_ID = 0, 2, 3  # the ids fixed in nmt.tokenizer (kept literal
 
 
 class Hypothesis(NamedTuple):
-    """One translation: ids ``[n]`` (no BOS, ending in EOS), score = log_prob / length penalty,
+    """One translation: ids ``[n]`` (no BOS, ending in EOS), score = log_prob / length penalty + coverage penalty,
     log_prob = Σ log p(y_t) in nats, alignment ``[n, S_b]`` float (row t = attention when emitting ids[t])."""
 
     ids: list[int]
@@ -29,6 +29,24 @@ class Hypothesis(NamedTuple):
 def length_penalty(length: torch.Tensor | int, alpha: float) -> torch.Tensor | float:
     """GNMT length penalty ``lp(Y) = ((5 + |Y|) / 6) ** alpha`` (Wu et al. 2016, eq. 14); 1 for alpha = 0."""
     return ((5 + length) / 6) ** alpha
+
+
+COVERAGE_FLOOR = 1e-6  # smallest coverage the penalty's log sees: a source token never attended costs log(1e-6)
+
+
+def coverage_penalty(alignment: torch.Tensor, beta: float) -> float:
+    """GNMT coverage penalty ``cp(X; Y) = beta * Σ_i log(min(Σ_j p_ij, 1))`` (Wu et al. 2016, eq. 14): alignment
+    ``[|Y|, |X|]`` (row j = attention when emitting y_j, ``</s>`` rows and columns included) -> a number <= 0 in
+    nats, 0 when every source token received a total attention of at least 1 (and for beta = 0).
+
+    The total attention of a source token is floored at ``COVERAGE_FLOOR`` before the log, so that a token
+    that no step attended to (exactly 0 outside local-p's window) costs ``beta * log(1e-6)`` instead of -inf,
+    and hypotheses that all miss a token are still ranked.
+    """
+    if beta == 0 or alignment.numel() == 0:
+        return 0.0
+    coverage = alignment.double().sum(dim=0).clamp(min=COVERAGE_FLOOR, max=1.0)  # [|X|]
+    return beta * float(coverage.log().sum())
 
 
 def log_probs(logits: torch.Tensor, inplace: bool = False) -> torch.Tensor:
@@ -50,13 +68,14 @@ def max_lengths(src_mask: torch.Tensor, max_len_a: float, max_len_b: int) -> tor
 @torch.no_grad()
 def greedy(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, max_len_a: float = 1.5,
            max_len_b: int = 10, length_penalty_alpha: float = 0.0,
-           gate_table: torch.Tensor | None = None) -> list[Hypothesis]:
+           gate_table: torch.Tensor | None = None, coverage_penalty_beta: float = 0.0) -> list[Hypothesis]:
     """Greedy decoding: the argmax token at each step.
 
     Args:
         src: ``[B, S]`` source ids; src_mask: ``[B, S]`` bool, True on real tokens.
         gate_table: ``model.decoder.input_gate_table()`` ``[V, 3H]``, built once for many batches (faster
             steps, same result), or None.
+        length_penalty_alpha, coverage_penalty_beta: enter only the reported score (one hypothesis per sentence).
 
     Returns:
         one :class:`Hypothesis` per sentence, in batch order.
@@ -84,41 +103,46 @@ def greedy(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, max_len_a:
     hyps = []
     for b in range(B):
         n = tokens_bt[b].index(EOS_ID) + 1
-        lp = float(log_prob[b])
-        hyps.append(Hypothesis(tokens_bt[b][:n], lp / length_penalty(n, length_penalty_alpha), lp,
-                               weights_bts[b, :n, : src_lens[b]]))
+        lp, alignment = float(log_prob[b]), weights_bts[b, :n, : src_lens[b]]
+        score = lp / length_penalty(n, length_penalty_alpha) + coverage_penalty(alignment, coverage_penalty_beta)
+        hyps.append(Hypothesis(tokens_bt[b][:n], score, lp, alignment))
     return hyps
 
 
 @torch.no_grad()
 def beam(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, beam_size: int = 5,
          length_penalty_alpha: float = 0.0, max_len_a: float = 1.5, max_len_b: int = 10,
-         n_best: int = 1, gate_table: torch.Tensor | None = None) -> list[list[Hypothesis]]:
+         n_best: int = 1, gate_table: torch.Tensor | None = None,
+         coverage_penalty_beta: float = 0.0) -> list[list[Hypothesis]]:
     """Beam search, batched over sentences and beams (Sutskever et al. 2014; Wu et al. 2016, §7).
 
     At each step the 2K best continuations of the K open beams are scored; EOS candidates among the top K are
     finished, and the K best non-EOS candidates stay open. Finished hypotheses are ranked by
-    ``log_prob / lp(length)``. A sentence stops when it has ``n_best`` finished hypotheses and no open beam
-    can still beat the n-best-th of them (their log-prob only falls and ``lp`` is largest at the maximum
-    length), or when it reaches its maximum length; its K rows then leave the batch, so the remaining steps
-    compute only sentences that are still searching.
+    ``s(Y, X) = log_prob / lp(Y) + cp(X; Y)`` (Wu et al. 2016, eq. 14: length penalty and coverage penalty);
+    open beams by their log-prob. A sentence stops when it has ``n_best`` finished hypotheses and no open beam
+    can still beat the n-best-th of them (their log-prob only falls, ``lp`` is largest at the maximum
+    length and ``cp <= 0``), or when it reaches its maximum length; its K rows then leave the batch, so the
+    remaining steps compute only sentences that are still searching.
 
     Args:
         src: ``[B, S]``; src_mask: ``[B, S]`` bool. beam_size: K >= 1. length_penalty_alpha: alpha >= 0.
         n_best: how many hypotheses to return per sentence (<= beam_size).
         gate_table: ``model.decoder.input_gate_table()`` ``[V, 3H]`` or None, as for :func:`greedy`.
+        coverage_penalty_beta: beta >= 0 of :func:`coverage_penalty`, computed from each finished hypothesis'
+            own alignment; 0 ranks by the length-normalized log-prob alone.
 
     Returns:
         per sentence, its ``n_best`` hypotheses, best first (fewer only when the length limit leaves fewer
         distinct ones, e.g. a limit of 1 token, where every hypothesis is the forced ``</s>``).
 
     Raises:
-        ValueError: for beam_size < 1, n_best outside [1, beam_size] or a negative alpha.
+        ValueError: for beam_size < 1, n_best outside [1, beam_size], a negative alpha or a negative beta.
     """
     K = beam_size
-    if K < 1 or not 1 <= n_best <= K or length_penalty_alpha < 0:
-        raise ValueError(f"need beam_size >= 1, 1 <= n_best <= beam_size and alpha >= 0; got "
-                         f"beam_size={K}, n_best={n_best}, alpha={length_penalty_alpha}")
+    if K < 1 or not 1 <= n_best <= K or length_penalty_alpha < 0 or coverage_penalty_beta < 0:
+        raise ValueError(f"need beam_size >= 1, 1 <= n_best <= beam_size, alpha >= 0 and beta >= 0; got "
+                         f"beam_size={K}, n_best={n_best}, alpha={length_penalty_alpha}, "
+                         f"beta={coverage_penalty_beta}")
     B, S = src.shape
     device = src.device
     memory, state = model.encode(src, src_mask)  # memory stays [B, ...]: the K beams of a sentence share it
@@ -161,7 +185,9 @@ def beam(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, beam_size: i
             lp = length_penalty(t + 1, length_penalty_alpha)
             for i, (a, raw) in enumerate(zip(final_a.tolist(), top_scores[final_a, final_j].tolist())):
                 b = sentence[a]
-                finished[b].append(Hypothesis(ids[i] + [EOS_ID], raw / lp, raw, aligns[i, :, : src_lens[b]]))
+                alignment = aligns[i, :, : src_lens[b]]
+                score = raw / lp + coverage_penalty(alignment, coverage_penalty_beta)
+                finished[b].append(Hypothesis(ids[i] + [EOS_ID], score, raw, alignment))
                 if len(finished[b]) >= n_best:
                     nbest_floor[a] = sorted((h.score for h in finished[b]), reverse=True)[n_best - 1]
         # Keep the K best non-EOS candidates (EOS ones sort last and are closed if they are still picked).

@@ -98,7 +98,8 @@ def test_checkpoints_from_before_later_settings_load_resume_and_average(three_ch
     """A checkpoint whose config has no decoder.input_feeding (written before the setting existed) is an input
     feeding model: it loads as one and averages with a new one; a model without input feeding is refused. One
     without model.source_word_dropout / target_word_dropout had none: it loads with 0.0, so its model settings
-    equal a new checkpoint's (what resuming compares) and it averages with one."""
+    equal a new checkpoint's (what resuming compares) and it averages with one; one without
+    decode.coverage_penalty decodes with it off."""
     _, paths, _ = three_checkpoints
     old = tmp_path / "old.pt"
     payload = torch.load(paths[1], weights_only=True)
@@ -111,6 +112,9 @@ def test_checkpoints_from_before_later_settings_load_resume_and_average(three_ch
     torch.save(payload, old)
     assert checkpoint.load_payload(old)["config"]["model"]["source_word_dropout"] == 0.0
     assert checkpoint.load_payload(old)["config"]["model"]["target_word_dropout"] == 0.0
+    del payload["config"]["decode"]["coverage_penalty"]  # decoding with it off, as before it existed
+    torch.save(payload, old)
+    assert checkpoint.load_payload(old)["config"]["decode"]["coverage_penalty"] == 0.0
     old_cfg, new_cfg = checkpoint.load(old)[1], checkpoint.load(paths[0])[1]
     assert checkpoint.differences(old_cfg.model, new_cfg.model, "model") == []
     average_checkpoints([paths[0], old], tmp_path / "out.pt")

@@ -101,6 +101,7 @@ def test_decode_options(compose_cfg, decode, config_name):
     assert d.beam_size == (1 if decode == "greedy" else 5)
     assert d.length_penalty >= 0 and d.max_len_a > 0 and d.max_len_b >= 1 and d.batch_size >= 1
     assert 1 <= d.n_best <= d.beam_size and d.max_src_len > 1
+    assert d.coverage_penalty == 0  # off unless asked for (docs/results.md: it did not pay on Multi30k)
 
 
 @pytest.mark.parametrize("data", DATAS)

@@ -35,7 +35,7 @@ TRAIN_OVERRIDES = [
 ]
 METRIC_KEYS = {"step", "epoch", "train_loss", "valid_loss", "valid_ppl", "valid_bleu", "lr", "tokens_per_sec",
                "elapsed_sec"}
-SCORE_KEYS = {"bleu", "chrf", "bleu_signature", "chrf_signature", "num_sentences", "beam_size", "length_penalty",
+SCORE_KEYS = {"bleu", "chrf", "bleu_signature", "chrf_signature", "num_sentences", "beam_size", "length_penalty", "coverage_penalty",
               "attention", "decoder_style", "input_feeding", "checkpoint"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 EVAL_DIRS = {"eval": BEAM, "eval/greedy": 1}

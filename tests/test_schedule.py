@@ -103,6 +103,7 @@ def test_budget_schedule_on_a_real_training_run(compose_cfg, tmp_path):
     ("decode.batch_size=0", r"decode.batch_size=0 must be a whole number >= 1"),
     ("decode.max_src_len=1", r"decode.max_src_len=1 must be a whole number >= 2"),
     ("decode.length_penalty=-1", r"decode.length_penalty=-1 must be a number >= 0"),
+    ("decode.coverage_penalty=-0.2", r"decode.coverage_penalty=-0.2 must be a number >= 0 \(GNMT beta"),
 ])
 def test_a_bad_setting_fails_before_any_work(compose_cfg, tmp_path, override, message):
     """Checked before the corpus is read and the tokenizers trained: nothing is left in the run folder (a bad

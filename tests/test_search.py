@@ -2,13 +2,14 @@
 
 import functools
 import itertools
+import math
 
 import pytest
 import torch
 
 from nmt.attention import Additive, Dot, General, LocalP
 from nmt.model import Decoder, Encoder, Seq2Seq
-from nmt.search import BOS_ID, EOS_ID, PAD_ID, beam, greedy, length_penalty, log_probs
+from nmt.search import BOS_ID, EOS_ID, PAD_ID, beam, coverage_penalty, greedy, length_penalty, log_probs
 
 E, H = 8, 16
 ATTENTIONS = {
@@ -58,12 +59,19 @@ def teacher_forced(model, src_row, ids):
     return float(logp[torch.arange(len(ids)), torch.tensor(ids)].sum()), align[0]
 
 
-def check_hypothesis(h, s_len, max_len_a, max_len_b, alpha=0.0):
+def coverage_by_hand(rows, beta):
+    """GNMT's cp (Wu et al. 2016, eq. 14) from alignment rows (lists of S floats), floored at 1e-6 before the log."""
+    totals = [sum(col) for col in zip(*rows)]
+    return beta * sum(math.log(min(max(x, 1e-6), 1.0)) for x in totals)
+
+
+def check_hypothesis(h, s_len, max_len_a, max_len_b, alpha=0.0, beta=0.0):
     assert h.ids[-1] == EOS_ID and EOS_ID not in h.ids[:-1]
     assert PAD_ID not in h.ids and BOS_ID not in h.ids
     assert 1 <= len(h.ids) <= int(max_len_a * s_len + max_len_b)
     assert h.alignment.shape == (len(h.ids), s_len)
-    assert h.score == pytest.approx(h.log_prob / length_penalty(len(h.ids), alpha), rel=1e-6, abs=1e-6)
+    cp = coverage_by_hand(h.alignment.tolist(), beta)
+    assert h.score == pytest.approx(h.log_prob / length_penalty(len(h.ids), alpha) + cp, rel=1e-6, abs=1e-5)
 
 
 # ---------------------------------------------------------------- beam 1 == greedy
@@ -153,10 +161,11 @@ def test_beam_five_is_at_least_as_good_as_greedy_almost_always():
     assert gain / total > 0.1
 
 
-def reference_beam(model, src_row, K, alpha, n_best, max_len_a=1.5, max_len_b=10):
+def reference_beam(model, src_row, K, alpha, n_best, max_len_a=1.5, max_len_b=10, beta=0.0):
     """The algorithm of ``beam``'s docstring, one sentence, one hypothesis at a time, in plain Python: of the 2K best
-    continuations, EOS ones among the top K are finished, the K best non-EOS ones stay open; stop at the length
-    limit (EOS forced) or once n_best are finished and the n-best-th beats the best open beam's bound."""
+    continuations, EOS ones among the top K are finished (scored log_prob / lp + cp from their own attention
+    rows), the K best non-EOS ones stay open; stop at the length limit (EOS forced) or once n_best are finished
+    and the n-best-th beats the best open beam's bound."""
     mask = (src_row != PAD_ID).unsqueeze(0)
     memory, state = model.encode(src_row.unsqueeze(0), mask)
     limit = int(max_len_a * len(src_row) + max_len_b)
@@ -164,21 +173,22 @@ def reference_beam(model, src_row, K, alpha, n_best, max_len_a=1.5, max_len_b=10
     def lp(n):
         return ((5 + n) / 6) ** alpha
 
-    open_beams, finished = [(0.0, [], state)], []
+    open_beams, finished = [(0.0, [], state, [])], []
     for t in range(limit):
         candidates = []
-        for score, ids, st in open_beams:
+        for score, ids, st, rows in open_beams:
             with torch.no_grad():
-                logits, new_state, _ = model.decoder.step(
+                logits, new_state, w = model.decoder.step(
                     torch.tensor([ids[-1] if ids else BOS_ID]), st, memory
                 )
             logp = log_probs(logits)[0].tolist()
             for v, x in enumerate(logp):
                 if x != float("-inf") and (t + 1 < limit or v == EOS_ID):
-                    candidates.append((score + x, ids + [v], new_state))
+                    candidates.append((score + x, ids + [v], new_state, rows + [w[0].tolist()]))
         candidates.sort(key=lambda c: -c[0])
         top = candidates[: 2 * K]
-        finished += [(raw / lp(t + 1), raw, ids) for raw, ids, _ in top[:K] if ids[-1] == EOS_ID]
+        finished += [(raw / lp(t + 1) + coverage_by_hand(rows, beta), raw, ids)
+                     for raw, ids, _, rows in top[:K] if ids[-1] == EOS_ID]
         open_beams = [c for c in top if c[1][-1] != EOS_ID][:K]
         floor = sorted(f[0] for f in finished)[-n_best] if len(finished) >= n_best else float("-inf")
         if not open_beams or floor >= open_beams[0][0] / lp(limit):
@@ -186,15 +196,16 @@ def reference_beam(model, src_row, K, alpha, n_best, max_len_a=1.5, max_len_b=10
     return sorted(finished, key=lambda f: -f[0])[:n_best]
 
 
-@pytest.mark.parametrize("alpha, n_best", [(0.0, 1), (0.6, 3)])
+@pytest.mark.parametrize("alpha, n_best, beta", [(0.0, 1, 0.0), (0.6, 3, 0.0), (0.6, 3, 0.4), (0.0, 2, 2.0)])
 @pytest.mark.parametrize("style", STYLES)
-def test_batched_beam_equals_reference_beam(style, alpha, n_best):
+def test_batched_beam_equals_reference_beam(style, alpha, n_best, beta):
     src, mask = padded(LENGTHS, S=10)
     for seed in range(2):
         model = build(style, "additive", seed)
-        results = beam(model, src, mask, beam_size=4, length_penalty_alpha=alpha, n_best=n_best)
+        results = beam(model, src, mask, beam_size=4, length_penalty_alpha=alpha, n_best=n_best,
+                       coverage_penalty_beta=beta)
         for b, n in enumerate(LENGTHS):
-            expected = reference_beam(model, src[b, :n], 4, alpha, n_best)
+            expected = reference_beam(model, src[b, :n], 4, alpha, n_best, beta=beta)
             assert [h.ids for h in results[b]] == [ids for _, _, ids in expected]
             for h, (score, raw, _) in zip(results[b], expected):
                 assert h.score == pytest.approx(score, abs=1e-4)
@@ -215,6 +226,36 @@ def score_all(model, src_row, hyps):
     logp = log_probs(logits.reshape(N * T, -1)).view(N, T, -1)
     logp = logp.gather(2, tgt_out.unsqueeze(2)).squeeze(2).masked_fill(tgt_out == PAD_ID, 0.0)
     return logp.sum(dim=1).tolist()
+
+
+def test_coverage_penalty_by_hand():
+    """cp = beta * Σ_i log(min(Σ_j a_ji, 1)) over source columns i (Wu et al. 2016, eq. 14), with the floor."""
+    alignment = torch.tensor([[0.7, 0.2, 0.1, 0.0], [0.5, 0.3, 0.2, 0.0], [0.1, 0.1, 0.8, 0.0]])
+    # column totals 1.3 (-> 1), 0.6, 1.1 (-> 1), 0 (-> the 1e-6 floor)
+    assert coverage_penalty(alignment, 0.5) == pytest.approx(0.5 * (math.log(0.6) + math.log(1e-6)))
+    assert coverage_penalty(alignment[:, :3], 0.2) == pytest.approx(0.2 * math.log(0.6))
+    assert coverage_penalty(torch.eye(3), 1.0) == 0.0  # every source token attended fully once
+    assert coverage_penalty(alignment, 0.0) == 0.0
+
+
+def test_coverage_penalty_changes_the_ranking():
+    """With a large beta the beam prefers hypotheses that attend to every source token: on random models some
+    sentences change their best hypothesis, and the chosen ones cover the source at least as well on average."""
+    src, mask = padded([3, 5, 8, 2, 6, 4, 7, 9], seed=7)
+    changed = total = 0
+    cover_plain = cover_cp = 0.0
+    for style, seed in itertools.product(STYLES, range(3)):
+        model = build(style, "additive", seed)
+        plain = beam(model, src, mask, beam_size=5, length_penalty_alpha=0.6)
+        with_cp = beam(model, src, mask, beam_size=5, length_penalty_alpha=0.6, coverage_penalty_beta=5.0)
+        for (hp,), (hc,) in zip(plain, with_cp):
+            total += 1
+            changed += hp.ids != hc.ids
+            cover_plain += coverage_penalty(hp.alignment, 1.0)
+            cover_cp += coverage_penalty(hc.alignment, 1.0)
+            assert hc.log_prob / length_penalty(len(hc.ids), 0.6) <= hp.score + 1e-5  # plain is the best without cp
+    assert changed >= 0.1 * total, (changed, total)
+    assert cover_cp > cover_plain
 
 
 def test_length_penalty_by_hand():
@@ -297,13 +338,14 @@ def test_hypothesis_alignment_and_score_equal_teacher_forcing(style, attention):
 # ---------------------------------------------------------------- structure of hypotheses, limits, errors
 
 
-@pytest.mark.parametrize("alpha", [0.0, 0.6])
+@pytest.mark.parametrize("alpha, beta", [(0.0, 0.0), (0.6, 0.0), (0.6, 0.4)])
 @pytest.mark.parametrize("style", STYLES)
-def test_hypotheses_are_well_formed_and_sorted(style, alpha):
+def test_hypotheses_are_well_formed_and_sorted(style, alpha, beta):
     src, mask = padded(LENGTHS, S=10)
     for seed in range(3):
         model = build(style, "additive", seed, eos_bias=0.5)
-        results = beam(model, src, mask, beam_size=5, n_best=3, length_penalty_alpha=alpha)
+        results = beam(model, src, mask, beam_size=5, n_best=3, length_penalty_alpha=alpha,
+                       coverage_penalty_beta=beta)
         assert len(results) == len(LENGTHS)
         for b, n in enumerate(LENGTHS):
             assert len(results[b]) == 3
@@ -311,9 +353,9 @@ def test_hypotheses_are_well_formed_and_sorted(style, alpha):
             assert scores == sorted(scores, reverse=True)
             assert len({tuple(h.ids) for h in results[b]}) == 3, "n-best hypotheses must be distinct"
             for h in results[b]:
-                check_hypothesis(h, n, 1.5, 10, alpha)
-        for h, n in zip(greedy(model, src, mask, length_penalty_alpha=alpha), LENGTHS):
-            check_hypothesis(h, n, 1.5, 10, alpha)
+                check_hypothesis(h, n, 1.5, 10, alpha, beta)
+        for h, n in zip(greedy(model, src, mask, length_penalty_alpha=alpha, coverage_penalty_beta=beta), LENGTHS):
+            check_hypothesis(h, n, 1.5, 10, alpha, beta)
 
 
 @pytest.mark.parametrize("max_len_a, max_len_b", [(0.0, 1), (0.0, 3), (1.0, 2), (1.5, 0)])
@@ -340,6 +382,7 @@ def test_eos_is_forced_at_the_maximum_length(max_len_a, max_len_b):
         {"beam_size": 3, "n_best": 0},
         {"beam_size": 3, "n_best": 4},
         {"beam_size": 3, "length_penalty_alpha": -0.1},
+        {"beam_size": 3, "coverage_penalty_beta": -0.2},
     ],
 )
 def test_invalid_beam_arguments_raise(kwargs):
