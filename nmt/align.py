@@ -5,7 +5,7 @@ the decoder instead of its own predictions, and keeps the attention weights ``A[
 the soft alignment of docs/attention.md ("Alignments as an output"), shape ``[T, S]`` in pieces with ``</s>`` on
 both sides. The decoder's state at step t depends only on the source and ``y_<t``, so forcing a model's own
 greedy or beam output reproduces the matrix saved when that output was produced. This is how attention is
-scored as a word aligner (Luong et al. 2015, §5.3, AER on gold alignments; Bahdanau et al. 2015, Fig. 3).
+scored as a word aligner (Luong et al. 2015, §5.4, AER on gold alignments; Bahdanau et al. 2015, Fig. 3).
 
 Word-level links (nmt.alignment): pieces are merged into words (sum over a word's source columns, mean over its
 target rows), then linked per target word (``argmax_target``, Luong's), per source word (``argmax_source``) or

@@ -2,7 +2,7 @@
 
 Follows docs/attention.md, "Alignments as an output": the soft alignment of a translation is the matrix
 ``A[t, s] = a_t(s)`` of shape ``[hyp_len, src_len]`` in sentencepiece pieces. To compare with word-level gold
-alignments (alignment error rate, as in the AER experiment of Luong et al. 2015, §5.3) we
+alignments (alignment error rate, as in the AER experiment of Luong et al. 2015, §5.4) we
 
 1. merge pieces into words: **sum** over a word's source columns (attention mass on the word) and **mean**
    over its hypothesis rows (one distribution per target word),
@@ -187,7 +187,7 @@ def hard_alignment(
     """Hard links ``(source_word, target_word)``, 0-based, from a word-level soft alignment.
 
     Methods:
-        ``"argmax_target"``: each target word -> its argmax source word (Luong et al. 2015, §5.3 AER
+        ``"argmax_target"``: each target word -> its argmax source word (Luong et al. 2015, §5.4 AER
             experiment; docs/attention.md). Target words whose row is all zero get no link.
         ``"argmax_source"``: each source word -> its argmax target word (columns all zero get no link).
         ``"threshold"``: every cell ``>= threshold``.

@@ -60,6 +60,9 @@ class Attention(nn.Module):
 
     Returns:
         context ``[B, Hk]`` and weights ``[B, S]`` (rows sum to 1 over real tokens, 0 on padding).
+
+    Args (of the constructor):
+        query_size: Hq, the size of the decoder state that queries. key_size: Hk, the size of the encoder states.
     """
 
     def __init__(self, query_size: int, key_size: int):
@@ -73,7 +76,11 @@ class Attention(nn.Module):
 
     def score(self, query: torch.Tensor, prepared: torch.Tensor) -> torch.Tensor:
         """Raw scores ``[B, S]`` from query ``[B, Hq]`` (or ``[B, K, S]`` from ``[B, K, Hq]``) and prepared
-        keys ``[B, S, *]``."""
+        keys ``[B, S, *]``.
+
+        Raises:
+            NotImplementedError: here; each score model implements it.
+        """
         raise NotImplementedError
 
     def forward(self, query, keys, mask, prepared=None):
@@ -95,6 +102,10 @@ def _bilinear(query: torch.Tensor, prepared: torch.Tensor) -> torch.Tensor:
 
 class Dot(Attention):
     """Dot score ``score(q, h̄_s) = qᵀ h̄_s`` (Luong et al. 2015, eq. 8, "dot"). No parameters.
+
+    Args:
+        scaled: divide the score by √key_size (Vaswani et al. 2017, eq. 1): softer rows early in training. The
+            class default is the paper's formula; the configuration default is scaled.
 
     Raises:
         ValueError: at build time if ``query_size != key_size`` (use ``general`` or ``additive`` instead).

@@ -176,7 +176,7 @@ def check_no_interpolation(node, path: str | Path, where: str = "config") -> Non
 
 
 def bytes_tensor(data: bytes) -> torch.Tensor:
-    """Bytes as a uint8 tensor (safe to store under ``weights_only`` loading)."""
+    """Bytes as a uint8 tensor ``[len(data)]`` (safe to store under ``weights_only`` loading)."""
     return torch.frombuffer(bytearray(data), dtype=torch.uint8).clone()
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -186,9 +187,13 @@ def read_extra(extra, src_lang: str, tgt_lang: str) -> Parallel:
         DataError: an entry without ``paths`` or ``tsv``, without the run's two languages, a bad ``repeat``,
             or a tsv line with too few fields (file and line named); FileNotFoundError / TextFileError.
     """
-    repeat = int(extra.get("repeat", 1))
-    if repeat < 1:
-        raise DataError(f"data.extra_train: repeat must be >= 1, got {repeat}")
+    if not isinstance(extra, Mapping):
+        raise DataError(f"data.extra_train entry {extra!r} is not a mapping: write {{paths: {{LANG: FILE, ...}}}} "
+                        "or {tsv: FILE, columns: [LANG, LANG]}")
+    repeat = extra.get("repeat", 1)
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+        raise DataError(f"data.extra_train entry {dict(extra)}: repeat must be a whole number >= 1 (how many "
+                        f"times its pairs are used), got {repeat!r}")
     if extra.get("paths"):
         paths = extra["paths"]
         missing = [lang for lang in (src_lang, tgt_lang) if lang not in paths]

@@ -55,6 +55,9 @@ def translate(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sentences: list[str
             ``batch_size`` (sentences per batch) and ``max_src_len`` (sources longer than this many subwords are
             cut to it, with a warning; the alignment then covers the kept part).
         beam_size: overrides ``decode.beam_size`` when given.
+
+    Raises:
+        ValueError: a ``decode`` setting out of range (:func:`check_decoding`), naming it.
     """
     return [nbest[0] for nbest in translate_nbest(model, src_tok, tgt_tok, sentences, decode, device, beam_size)]
 
@@ -194,7 +197,8 @@ def greedy_bleu(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sources: list[str
     the validation criterion of training. ``decode``: the decoding config (batch size, maximum length).
 
     Raises:
-        ValueError: as :func:`score`, if the line counts differ.
+        ValueError: as :func:`score`, if the line counts differ; a ``decode`` setting out of range
+            (:func:`check_decoding`).
     """
     hyps = translate(model, src_tok, tgt_tok, sources, decode, device, beam_size=1)
     return score([h.text for h in hyps], references)["bleu"]

@@ -149,12 +149,14 @@ class WordDropout(nn.Module):
         self.p = p
 
     def forward(self, emb: torch.Tensor) -> torch.Tensor:
-        """emb ``[B, L, E]`` or ``[B, E]`` (one step) -> the same shape, each ``[E]`` row kept or zeroed whole."""
+        """emb ``[B, T, E]`` (T tokens: S source or T target) or ``[B, E]`` (one step) -> the same shape, each
+        ``[E]`` row kept or zeroed whole."""
         if not self.training or self.p == 0.0:
             return emb
-        return emb * _keep_mask(emb, emb.shape[:-1] + (1,), self.p)  # mask [B, L, 1] or [B, 1]
+        return emb * _keep_mask(emb, emb.shape[:-1] + (1,), self.p)  # mask [B, T, 1] or [B, 1]
 
     def extra_repr(self) -> str:
+        """The probability in the module's printed form, ``WordDropout(p=0.1)``."""
         return f"p={self.p}"
 
 

@@ -157,7 +157,8 @@ def plot_npz(npz_path: str | Path, indices: list[int], out_dir: str | Path | Non
     Raises:
         FileNotFoundError: if the npz or the jsonl is missing.
         KeyError: if an index is not in the npz or the jsonl (the message names the file and the range).
-        ValueError: if an array does not match its tokens.
+        ValueError: if an array does not match its tokens, or a line of the jsonl is not a token record (file
+            and line named).
     """
     npz_path = Path(npz_path)
     jsonl_path = _jsonl_path(npz_path)
@@ -168,10 +169,15 @@ def plot_npz(npz_path: str | Path, indices: list[int], out_dir: str | Path | Non
     out = Path(out_dir) if out_dir is not None else npz_path.parent
     records = {}
     with open(jsonl_path, encoding="utf-8") as f:
-        for line in f:
+        for number, line in enumerate(f, 1):
             if line.strip():
-                rec = json.loads(line)
-                records[int(rec["index"])] = rec
+                try:
+                    rec = json.loads(line)
+                    records[int(rec["index"])] = rec
+                except (ValueError, KeyError, TypeError) as err:  # not JSON, no "index", or not a whole number
+                    raise ValueError(f"{jsonl_path}: line {number} is not a token record with an index "
+                                     f"({type(err).__name__}: {err}); write the file again with translate.py "
+                                     "alignments=... or a training run's evaluation") from err
     written = []
     with np.load(npz_path, allow_pickle=False) as npz:
         keys = sorted(int(k) for k in npz.files)

@@ -27,7 +27,8 @@ class Hypothesis(NamedTuple):
 
 
 def length_penalty(length: torch.Tensor | int, alpha: float) -> torch.Tensor | float:
-    """GNMT length penalty ``lp(Y) = ((5 + |Y|) / 6) ** alpha`` (Wu et al. 2016, eq. 14); 1 for alpha = 0."""
+    """GNMT length penalty ``lp(Y) = ((5 + |Y|) / 6) ** alpha`` (Wu et al. 2016, eq. 14); 1 for alpha = 0.
+    ``length``: |Y| in tokens (``</s>`` included), an int or a tensor ``[B]`` (the result is then ``[B]``)."""
     return ((5 + length) / 6) ** alpha
 
 

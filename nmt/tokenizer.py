@@ -50,8 +50,8 @@ def train_spm(
 
     Raises:
         ValueError: if ``model_type`` is unknown or there are no sentences.
-        RuntimeError: from SentencePiece if the vocabulary is too large for the text
-            (lower ``vocab_size``; the message says the largest size possible).
+
+    A text too small for ``vocab_size`` gives a smaller vocabulary, not an error (``hard_vocab_limit=False``).
     """
     if model_type not in ("bpe", "unigram"):
         raise ValueError(f"sentencepiece model_type must be 'bpe' or 'unigram', got {model_type!r}")
@@ -117,14 +117,19 @@ class Tokenizer:
     ids stay 0-3 and byte pieces are always kept, so every text still round-trips.
 
     Raises:
-        ValueError: if the model's special ids differ from the fixed ones above
-            (a SentencePiece model not trained by :func:`train_spm`), or ``vocab`` lacks a special id.
+        ValueError: if the bytes are not a SentencePiece model, the model's special ids differ from the fixed
+            ones above (a SentencePiece model not trained by :func:`train_spm`), or ``vocab`` lacks a special id.
     """
 
     def __init__(self, model_proto: bytes, name: str = "<bytes>", vocab: Iterable[int] | None = None):
         self.name = name
         self.model_proto = bytes(model_proto)
-        self.sp = spm.SentencePieceProcessor(model_proto=self.model_proto)
+        try:
+            self.sp = spm.SentencePieceProcessor(model_proto=self.model_proto)
+        except RuntimeError as err:  # SentencePiece's parse error names neither the file nor a fix
+            raise ValueError(f"{name} is not a readable SentencePiece model ({str(err).strip()}): replace it with "
+                             "one trained by nmt.tokenizer.train_spm (in a run folder: delete its spm/ folder and "
+                             "the run trains it again)") from err
         ids = (self.sp.pad_id(), self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id())
         if ids != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
             raise ValueError(
@@ -144,7 +149,12 @@ class Tokenizer:
 
     @classmethod
     def load(cls, path: str | Path) -> Tokenizer:
-        """Load a ``.model`` file. Raises FileNotFoundError naming the path if it is missing."""
+        """Load a ``.model`` file.
+
+        Raises:
+            FileNotFoundError: naming the path, if it is missing.
+            ValueError: naming the path, if it is not a SentencePiece model of this toolkit (see the class).
+        """
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"sentencepiece model not found: {path}")

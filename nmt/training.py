@@ -163,6 +163,13 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = ()) -> dict:
         a dict with ``valid_bleu`` (best greedy validation BLEU), per-split test/valid BLEU and chrF for
         greedy and the configured decoder, ``steps``, ``train_minutes``, ``run_dir`` and ``stopped`` (why
         training stopped). After SIGINT/SIGTERM there is no final evaluation and ``interrupted`` is True.
+
+    Raises (each with a message that names the setting or file; ``train.py`` prints it in one line):
+        ValueError: a setting out of range (``check_numbers``, ``check_schedule``, ``check_decoding``), or
+            SentencePiece models of an earlier attempt in ``run_dir`` trained with other settings.
+        nmt.data.DataError: a corpus or ``data.extra_train`` entry that cannot be read as configured.
+        nmt.checkpoint.CheckpointError: a checkpoint to resume from that is unreadable or of another model.
+        FileNotFoundError, nmt.textio.TextFileError: a corpus file that is missing or not UTF-8 text.
     """
     run_dir = Path(run_dir)
     check_numbers(cfg)  # before the corpus and tokenizers: a bad setting fails at once

@@ -9,6 +9,7 @@ change almost none of them.
 from __future__ import annotations
 
 import gzip
+import re
 from pathlib import Path
 
 import pytest
@@ -92,8 +93,12 @@ def test_read_extra_by_language_both_directions_and_repeat(tmp_path):
     assert backward.src == forward.tgt and backward.tgt == forward.src
     with pytest.raises(DataError, match="no file for \\['de'\\]"):
         read_extra(entry, "en", "de")
-    with pytest.raises(DataError, match="repeat must be >= 1"):
-        read_extra({**entry, "repeat": 0}, "en", "fr")
+    for bad in (0, "two", None, 1.5, True):  # a traceback (ValueError, TypeError) for all but 0 before
+        with pytest.raises(DataError, match=r"repeat must be a whole number >= 1 \(how many times its pairs are "
+                                            rf"used\), got {re.escape(repr(bad))}"):
+            read_extra({**entry, "repeat": bad}, "en", "fr")
+    with pytest.raises(DataError, match=r"entry 'x.tsv' is not a mapping: write \{paths"):
+        read_extra("x.tsv", "en", "fr")  # data.extra_train=[x.tsv]: an AttributeError before
     with pytest.raises(DataError, match="needs paths"):
         read_extra({"repeat": 1}, "en", "fr")
 

@@ -1,6 +1,7 @@
 """Heatmaps drawn from saved alignment files (nmt.plot): the npz + jsonl artifact contract."""
 
 import json
+import re
 import struct
 import warnings
 
@@ -74,6 +75,21 @@ def test_main_reports_an_empty_sentence_in_one_line(artifacts, tmp_path, capsys)
 def test_missing_index_names_file_and_range(artifacts):
     with pytest.raises(KeyError, match=r"test\.alignments\.npz.*0\.\.3"):
         plot_npz(artifacts, [99])
+
+
+@pytest.mark.parametrize("bad_line", ['{"source_tokens": []}', "not json", '{"index": "x"}'])
+def test_a_bad_jsonl_line_names_file_and_line(artifacts, tmp_path, capsys, bad_line):
+    """A damaged token file: the error names the file and the line (it was a bare "index" or a JSON message),
+    in the library and in one usage line of the program."""
+    jsonl = artifacts.with_name("test.alignments.jsonl")
+    lines = jsonl.read_text(encoding="utf-8").splitlines()
+    lines[1] = bad_line
+    jsonl.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"{re.escape(str(jsonl))}: line 2 is not a token record with an index"):
+        plot_npz(artifacts, [0], tmp_path / "plots")
+    with pytest.raises(SystemExit):
+        main([str(artifacts), "--index", "0", "--out", str(tmp_path / "plots")])
+    assert f"{jsonl}: line 2 is not a token record" in capsys.readouterr().err
 
 
 def test_main_cli(artifacts, tmp_path, capsys):

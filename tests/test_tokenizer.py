@@ -1,5 +1,6 @@
 """SentencePiece training and the Tokenizer wrapper (nmt.tokenizer) on real Multi30k text."""
 
+import re
 import unicodedata
 
 import pytest
@@ -91,6 +92,14 @@ def test_train_spm_errors(tmp_path):
         train_spm(["", "  "], tmp_path / "x.model")
     with pytest.raises(FileNotFoundError, match="y.model"):
         Tokenizer.load(tmp_path / "y.model")
+
+
+def test_a_file_that_is_not_a_sentencepiece_model_is_named(tmp_path):
+    """A damaged .model file: a ValueError naming it and the fix (it was SentencePiece's bare RuntimeError)."""
+    bad = tmp_path / "joint.model"
+    bad.write_bytes(b"not a model\n")
+    with pytest.raises(ValueError, match=rf"{re.escape(str(bad))} is not a readable SentencePiece model .*train_spm"):
+        Tokenizer.load(bad)
 
 
 def test_model_bytes_round_trip(tokenizer, spm_model):
