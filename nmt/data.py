@@ -42,7 +42,13 @@ class Parallel:
 
 
 def read_parallel(name: str, src_path: str | Path, tgt_path: str | Path) -> Parallel:
-    """Read two line-aligned files. Raises DataError naming both files and counts when they differ."""
+    """Read two line-aligned files (UTF-8, plain or ``.gz``) into a :class:`Parallel` called ``name``.
+
+    Raises:
+        DataError: naming both files and their line counts, when the counts differ.
+        FileNotFoundError, nmt.textio.TextFileError: from :func:`nmt.textio.read_lines` (a missing file, or
+            one that is not UTF-8 text; the file and line are named).
+    """
     src, tgt = read_lines(src_path), read_lines(tgt_path)
     if len(src) != len(tgt):
         raise DataError(
