@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,7 +68,7 @@ def _whole(value) -> bool:
 
 
 def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def check_decoding(beam_size, n_best: int = 1, key: str = "decode.beam_size", decode=None) -> None:
@@ -95,9 +96,9 @@ def check_decoding(beam_size, n_best: int = 1, key: str = "decode.beam_size", de
              "max_len_a": (_number, 0, "a number >= 0 (output limit: max_len_a * source length + max_len_b)"),
              "max_len_b": (_number, None, "a number (output limit: max_len_a * source length + max_len_b)")}
     for name, (kind, least, what) in rules.items():
+        if name == "coverage_penalty" and name not in decode:
+            continue  # a run configured before decode.coverage_penalty existed: off (null is refused below)
         value = decode.get(name)
-        if name == "coverage_penalty" and value is None:
-            continue  # a run configured before decode.coverage_penalty existed: off
         if not kind(value) or (least is not None and value < least):
             raise ValueError(f"decode.{name}={value} must be {what}")
     if 2 * decode.max_len_a + decode.max_len_b < 2:  # the shortest source is one subword and </s>

@@ -36,17 +36,19 @@ COVERAGE_FLOOR = 1e-6  # smallest coverage the penalty's log sees: a source toke
 
 
 def coverage_penalty(alignment: torch.Tensor, beta: float) -> float:
-    """GNMT coverage penalty ``cp(X; Y) = beta * Σ_i log(min(Σ_j p_ij, 1))`` (Wu et al. 2016, eq. 14): alignment
-    ``[|Y|, |X|]`` (row j = attention when emitting y_j, ``</s>`` rows and columns included) -> a number <= 0 in
-    nats, 0 when every source token received a total attention of at least 1 (and for beta = 0).
+    """GNMT coverage penalty ``cp(X; Y) = beta * Σ_i log(min(Σ_j p_ij, 1))`` (Wu et al. 2016, eq. 14), i over
+    the source words and j over the hypothesis tokens: alignment ``[|Y|, S]`` (row j = the attention when
+    emitting y_j, the ``</s>`` row included; the S source columns end in the source ``</s>``, which is not a
+    word to translate and is left out) -> a number <= 0 in nats, 0 when every source token received a total
+    attention of at least 1 (and for beta = 0).
 
     The total attention of a source token is floored at ``COVERAGE_FLOOR`` before the log, so that a token
     that no step attended to (exactly 0 outside local-p's window) costs ``beta * log(1e-6)`` instead of -inf,
     and hypotheses that all miss a token are still ranked.
     """
-    if beta == 0 or alignment.numel() == 0:
+    if beta == 0:
         return 0.0
-    coverage = alignment.double().sum(dim=0).clamp(min=COVERAGE_FLOOR, max=1.0)  # [|X|]
+    coverage = alignment[:, :-1].double().sum(dim=0).clamp(min=COVERAGE_FLOOR, max=1.0)  # [S - 1]
     return beta * float(coverage.log().sum())
 
 
@@ -80,7 +82,13 @@ def greedy(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, max_len_a:
 
     Returns:
         one :class:`Hypothesis` per sentence, in batch order.
+
+    Raises:
+        ValueError: for a negative alpha or beta (a reward, not a penalty).
     """
+    if length_penalty_alpha < 0 or coverage_penalty_beta < 0:
+        raise ValueError(f"need alpha >= 0 and beta >= 0; got alpha={length_penalty_alpha}, "
+                         f"beta={coverage_penalty_beta}")
     memory, state = model.encode(src, src_mask)
     B = src.size(0)
     limits = max_lengths(src_mask, max_len_a, max_len_b)  # [B]

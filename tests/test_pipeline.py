@@ -285,6 +285,33 @@ def test_translate_stdin_stdout(run_dir, references, repo_root, final_checkpoint
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ref.en", "stdin.alignments.jsonl", "stdin.alignments.npz"]
 
 
+@pytest.mark.parametrize("beam_size", [1, BEAM])
+def test_coverage_penalty_reaches_the_search(references, final_checkpoint, beam_size):
+    """decode.coverage_penalty=beta through translate_nbest (greedy and beam): every score is log_prob / lp +
+    beta * Σ_i log min(Σ_j a_ji, 1) of the returned alignment; the trained model leaves some source words
+    under-covered, so the penalty is not 0 everywhere (the check could not fail if it were)."""
+    from omegaconf import OmegaConf
+
+    from nmt.evaluate import translate_nbest
+    from nmt.search import coverage_penalty, length_penalty
+
+    model, cfg, src_tok, tgt_tok, _ = checkpoint.load(final_checkpoint)
+    beta, alpha = 5.0, 0.6
+    decode = OmegaConf.merge(cfg.decode, {"coverage_penalty": beta, "length_penalty": alpha})
+    n_best = 1 if beam_size == 1 else 2
+    results = translate_nbest(model, src_tok, tgt_tok, references["test"]["src"][:20], decode, "cpu",
+                              beam_size=beam_size, n_best=n_best)
+    penalties = []
+    for block in results:
+        assert len(block) == n_best
+        for t in block:
+            cp = coverage_penalty(torch.from_numpy(t.alignment), beta)
+            penalties.append(cp)
+            expected = t.log_prob / length_penalty(len(t.hyp_pieces), alpha) + cp
+            assert t.score == pytest.approx(expected, abs=1e-3)
+    assert sum(cp < -1e-3 for cp in penalties) >= 5, penalties
+
+
 def test_translate_nbest_list(run_dir, references, repo_root, final_checkpoint, tmp_path):
     """decode.n_best=K with nbest=FILE: one Moses-format block of K distinct hypotheses per line, best first, whose
     scores are log_prob / GNMT length penalty; output= keeps the best one (the same as eval/test.hyp); an empty

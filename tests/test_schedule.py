@@ -104,6 +104,8 @@ def test_budget_schedule_on_a_real_training_run(compose_cfg, tmp_path):
     ("decode.max_src_len=1", r"decode.max_src_len=1 must be a whole number >= 2"),
     ("decode.length_penalty=-1", r"decode.length_penalty=-1 must be a number >= 0"),
     ("decode.coverage_penalty=-0.2", r"decode.coverage_penalty=-0.2 must be a number >= 0 \(GNMT beta"),
+    ("decode.coverage_penalty=null", r"decode.coverage_penalty=None must be a number >= 0"),
+    ("decode.length_penalty=nan", r"decode.length_penalty=nan must be a number >= 0"),
 ])
 def test_a_bad_setting_fails_before_any_work(compose_cfg, tmp_path, override, message):
     """Checked before the corpus is read and the tokenizers trained: nothing is left in the run folder (a bad

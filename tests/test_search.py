@@ -60,8 +60,9 @@ def teacher_forced(model, src_row, ids):
 
 
 def coverage_by_hand(rows, beta):
-    """GNMT's cp (Wu et al. 2016, eq. 14) from alignment rows (lists of S floats), floored at 1e-6 before the log."""
-    totals = [sum(col) for col in zip(*rows)]
+    """GNMT's cp (Wu et al. 2016, eq. 14) from alignment rows (lists of S floats), over the source words (the last
+    column, the source </s>, left out), floored at 1e-6 before the log."""
+    totals = [sum(col) for col in zip(*rows)][:-1]
     return beta * sum(math.log(min(max(x, 1e-6), 1.0)) for x in totals)
 
 
@@ -229,12 +230,15 @@ def score_all(model, src_row, hyps):
 
 
 def test_coverage_penalty_by_hand():
-    """cp = beta * Σ_i log(min(Σ_j a_ji, 1)) over source columns i (Wu et al. 2016, eq. 14), with the floor."""
-    alignment = torch.tensor([[0.7, 0.2, 0.1, 0.0], [0.5, 0.3, 0.2, 0.0], [0.1, 0.1, 0.8, 0.0]])
-    # column totals 1.3 (-> 1), 0.6, 1.1 (-> 1), 0 (-> the 1e-6 floor)
-    assert coverage_penalty(alignment, 0.5) == pytest.approx(0.5 * (math.log(0.6) + math.log(1e-6)))
-    assert coverage_penalty(alignment[:, :3], 0.2) == pytest.approx(0.2 * math.log(0.6))
-    assert coverage_penalty(torch.eye(3), 1.0) == 0.0  # every source token attended fully once
+    """cp = beta * Σ_i log(min(Σ_j a_ji, 1)) over the source words i (Wu et al. 2016, eq. 14; the last column,
+    the source </s>, is not one), with the floor."""
+    alignment = torch.tensor([[0.6, 0.2, 0.1, 0.0, 0.1], [0.5, 0.3, 0.1, 0.0, 0.1], [0.1, 0.1, 0.7, 0.0, 0.1]])
+    # word column totals 1.2 (-> 1), 0.6, 0.9, 0 (-> the 1e-6 floor); the </s> column (0.3) does not count
+    assert coverage_penalty(alignment, 0.5) == pytest.approx(0.5 * (math.log(0.6) + math.log(0.9) + math.log(1e-6)))
+    assert coverage_penalty(alignment[:, [0, 1, 2, 4]], 0.2) == pytest.approx(0.2 * (math.log(0.6) + math.log(0.9)))
+    assert coverage_penalty(torch.eye(3), 1.0) == 0.0  # both words attended fully once; </s> never, no matter
+    assert coverage_penalty(torch.tensor([[0.0, 1.0], [0.0, 1.0]]), 1.0) == pytest.approx(math.log(1e-6))
+    assert coverage_penalty(torch.tensor([[1.0]]), 2.0) == 0.0  # a source of </s> alone has no word to cover
     assert coverage_penalty(alignment, 0.0) == 0.0
 
 
@@ -390,6 +394,15 @@ def test_invalid_beam_arguments_raise(kwargs):
     src, mask = padded([3, 2])
     with pytest.raises(ValueError):
         beam(model, src, mask, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [{"length_penalty_alpha": -0.1}, {"coverage_penalty_beta": -0.2}])
+def test_invalid_greedy_arguments_raise(kwargs):
+    """A negative alpha or beta would reward what it should penalize in the reported score."""
+    model = build()
+    src, mask = padded([3, 2])
+    with pytest.raises(ValueError, match="need alpha >= 0 and beta >= 0"):
+        greedy(model, src, mask, **kwargs)
 
 
 def test_log_probs_masks_pad_and_bos_and_copies_unless_inplace():
