@@ -167,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
             paths = [Path(p) for p in args.inputs]
             if len(paths) == 1:
                 log.warning("only one checkpoint (%s): the output is a weights-only copy of it", paths[0])
+        if Path(args.out).resolve() in {Path(p).resolve() for p in paths}:
+            raise ValueError(f"--out {args.out} is one of the checkpoints being averaged: write the average to a "
+                             "new file (averaging would replace that checkpoint)")
         average_checkpoints(paths, args.out)
     except (CheckpointError, OSError, ValueError) as error:  # OSError: not found, no permission
         print(f"python -m nmt.average: error: {error}", file=sys.stderr)

@@ -25,6 +25,7 @@ import argparse
 import json
 import sys
 import warnings
+import zipfile
 from pathlib import Path
 
 import matplotlib
@@ -168,16 +169,22 @@ def plot_npz(npz_path: str | Path, indices: list[int], out_dir: str | Path | Non
         raise FileNotFoundError(f"{jsonl_path} not found (tokens for {npz_path})")
     out = Path(out_dir) if out_dir is not None else npz_path.parent
     records = {}
-    with open(jsonl_path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    rec = json.loads(line)
-                    records[int(rec["index"])] = rec
-                except (ValueError, KeyError, TypeError) as err:  # not JSON, no "index", or not a whole number
-                    raise ValueError(f"{jsonl_path}: line {number} is not a token record with an index "
-                                     f"({type(err).__name__}: {err}); write the file again with translate.py "
-                                     "alignments=... or a training run's evaluation") from err
+    try:
+        lines = jsonl_path.read_text(encoding="utf-8").split("\n")  # not splitlines(): U+2028 may sit in a token
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{jsonl_path} is not UTF-8 text ({err}): write it again with translate.py "
+                         "alignments=... or a training run's evaluation") from err
+    for number, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                rec = json.loads(line)
+                if isinstance(rec["index"], bool) or not isinstance(rec["index"], int):
+                    raise TypeError(f"index {rec['index']!r} is not a whole number")
+                records[rec["index"]] = rec
+            except (ValueError, KeyError, TypeError) as err:  # not JSON, no "index", or not a whole number
+                raise ValueError(f"{jsonl_path}: line {number} is not a token record with an index "
+                                 f"({type(err).__name__}: {err}); write the file again with translate.py "
+                                 "alignments=... or a training run's evaluation") from err
     written = []
     with np.load(npz_path, allow_pickle=False) as npz:
         keys = sorted(int(k) for k in npz.files)
@@ -237,8 +244,11 @@ def main(argv: list[str] | None = None) -> list[Path]:
         with warnings.catch_warnings(record=True) as caught:  # one line each on stderr, not Python's two
             warnings.simplefilter("always")
             paths = plot_npz(args.npz, args.index, args.out, gold=gold, shift=args.shift)
-    except (KeyError, ValueError, FileNotFoundError) as err:
+    except (KeyError, ValueError, OSError) as err:  # OSError: a folder that cannot be written, a missing file
         parser.error(str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err))
+    except zipfile.BadZipFile as err:  # a truncated or foreign .npz
+        parser.error(f"{args.npz} is not a readable .npz file ({err}): write it again with translate.py "
+                     "alignments=... or a training run's evaluation")
     for warning in caught:
         print(f"{parser.prog}: warning: {warning.message}", file=sys.stderr)
     for p in paths:

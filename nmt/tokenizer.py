@@ -127,9 +127,7 @@ class Tokenizer:
         try:
             self.sp = spm.SentencePieceProcessor(model_proto=self.model_proto)
         except RuntimeError as err:  # SentencePiece's parse error names neither the file nor a fix
-            raise ValueError(f"{name} is not a readable SentencePiece model ({str(err).strip()}): replace it with "
-                             "one trained by nmt.tokenizer.train_spm (in a run folder: delete its spm/ folder and "
-                             "the run trains it again)") from err
+            raise ValueError(f"{name} is not a readable SentencePiece model ({str(err).strip()})") from err
         ids = (self.sp.pad_id(), self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id())
         if ids != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
             raise ValueError(
@@ -158,7 +156,14 @@ class Tokenizer:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"sentencepiece model not found: {path}")
-        return cls(path.read_bytes(), name=str(path))
+        data = path.read_bytes()
+        try:
+            spm.SentencePieceProcessor(model_proto=data)
+        except RuntimeError as err:  # a damaged file: say how to replace it (checkpoints say so themselves)
+            raise ValueError(f"{path} is not a readable SentencePiece model ({str(err).strip()}): replace it with "
+                             "one trained by nmt.tokenizer.train_spm (in a run folder: delete its spm/ folder and "
+                             "the run trains it again)") from err
+        return cls(data, name=str(path))
 
     def restricted(self, texts: Iterable[str]) -> Tokenizer:
         """This model with the vocabulary restricted to the pieces ``texts`` use, plus the special ids and every

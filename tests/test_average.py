@@ -182,6 +182,11 @@ def test_command_line(three_checkpoints, tmp_path, capsys):
     torch.testing.assert_close(payload["model"][key], (states[0][key] + states[1][key]) / 2)
     assert main([str(tmp_path / "missing.pt"), "--out", str(tmp_path / "b.pt")]) == 1
     assert "missing.pt" in capsys.readouterr().err
+    # --out naming one of the inputs would replace that checkpoint: refused, the file unchanged
+    before = paths[0].read_bytes()
+    assert main([str(p) for p in paths[:2]] + ["--out", str(paths[0])]) == 1
+    assert "is one of the checkpoints being averaged" in capsys.readouterr().err
+    assert paths[0].read_bytes() == before
     # an --out that cannot be written is an error before any checkpoint is loaded (it was a traceback after)
     assert main([str(p) for p in paths[:2]] + ["--out", str(tmp_path / "a.pt" / "x.pt")]) == 1
     assert capsys.readouterr().err.strip() == (f"python -m nmt.average: error: --out={tmp_path}/a.pt/x.pt: "

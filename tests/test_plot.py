@@ -77,7 +77,7 @@ def test_missing_index_names_file_and_range(artifacts):
         plot_npz(artifacts, [99])
 
 
-@pytest.mark.parametrize("bad_line", ['{"source_tokens": []}', "not json", '{"index": "x"}'])
+@pytest.mark.parametrize("bad_line", ['{"source_tokens": []}', "not json", '{"index": "x"}', '{"index": 1.5}'])
 def test_a_bad_jsonl_line_names_file_and_line(artifacts, tmp_path, capsys, bad_line):
     """A damaged token file: the error names the file and the line (it was a bare "index" or a JSON message),
     in the library and in one usage line of the program."""
@@ -90,6 +90,27 @@ def test_a_bad_jsonl_line_names_file_and_line(artifacts, tmp_path, capsys, bad_l
     with pytest.raises(SystemExit):
         main([str(artifacts), "--index", "0", "--out", str(tmp_path / "plots")])
     assert f"{jsonl}: line 2 is not a token record" in capsys.readouterr().err
+
+
+def test_main_reports_damaged_files_and_unwritable_folders_in_one_line(artifacts, tmp_path, capsys):
+    """A truncated .npz, a .jsonl that is not UTF-8 and an --out under a file: one usage error line each naming
+    the file (they were tracebacks or a message without the file)."""
+    truncated = tmp_path / "t.alignments.npz"
+    truncated.write_bytes(artifacts.read_bytes()[:200])
+    artifacts.with_name("test.alignments.jsonl").replace(tmp_path / "t.alignments.jsonl")
+    for argv, message in [([str(truncated)], f"{truncated} is not a readable .npz file"),
+                          ([str(artifacts), "--out", str(truncated / "sub")], "")]:
+        with pytest.raises(SystemExit):
+            main(argv)
+        err = capsys.readouterr().err
+        errors = [line for line in err.splitlines() if line.startswith("python -m nmt.plot: error: ")]
+        assert "Traceback" not in err and len(errors) == 1 and message in errors[0], err  # after the usage lines
+    bad = tmp_path / "b.alignments.npz"
+    bad.write_bytes(artifacts.read_bytes())
+    (tmp_path / "b.alignments.jsonl").write_bytes(b"\x91\x92 not utf-8\n")
+    with pytest.raises(SystemExit):
+        main([str(bad)])
+    assert f"{tmp_path / 'b.alignments.jsonl'} is not UTF-8 text" in capsys.readouterr().err
 
 
 def test_main_cli(artifacts, tmp_path, capsys):
