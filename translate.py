@@ -117,6 +117,9 @@ def check_outputs(cfg: DictConfig) -> tuple[int, int]:
         check_npz_path(cfg.alignments)
     if cfg.plots and not cfg.alignments:
         raise ValueError(f"plots={cfg.plots} draws the alignments: add alignments=FILE.npz")
+    first = cfg.get("plot_first")
+    if isinstance(first, bool) or not isinstance(first, int) or first < 1:
+        raise ValueError(f"plot_first={first} must be a whole number >= 1 (how many of the first lines plots= draws)")
     for key in ("output", "nbest", "alignments", "plots"):  # a read-only folder fails now, not after translating
         if cfg[key]:
             check_writable(cfg[key], key, folder=key == "plots")

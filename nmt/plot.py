@@ -188,14 +188,17 @@ def plot_npz(npz_path: str | Path, indices: list[int], out_dir: str | Path | Non
     written = []
     with np.load(npz_path, allow_pickle=False) as npz:
         keys = sorted(int(k) for k in npz.files)
-        for index in indices:
-            index = int(index)
+        indices = [int(index) for index in indices]
+        for index in indices:  # all of them before drawing any: a bad one leaves no partial set of plots
             if str(index) not in npz.files:
                 raise KeyError(f"index {index} not in {npz_path}; available indices: {_index_range(keys)}")
             if index not in records:
                 raise KeyError(
                     f"index {index} not in {jsonl_path}; available indices: {_index_range(sorted(records))}"
                 )
+            if gold is not None and index >= len(gold):
+                raise KeyError(f"index {index} not in the gold file {gold.path} ({len(gold)} sentences)")
+        for index in indices:
             matrix = npz[str(index)]
             if matrix.size == 0:
                 warnings.warn(f"{npz_path}: sentence {index} is empty, skipped", stacklevel=2)
@@ -206,8 +209,6 @@ def plot_npz(npz_path: str | Path, indices: list[int], out_dir: str | Path | Non
                 written.append(plot_alignment(matrix, rec["source_tokens"], rec["hypothesis_tokens"],
                                               out / f"{stem}.png", title=f"{npz_path.name} #{index}"))
                 continue
-            if index >= len(gold):
-                raise KeyError(f"index {index} not in the gold file {gold.path} ({len(gold)} sentences)")
             word_matrix, src_words, hyp_words = merge_to_words(matrix, rec["source_tokens"],
                                                                rec["hypothesis_tokens"], shift=shift)
             try:

@@ -143,10 +143,10 @@ def check_numbers(cfg) -> None:
                 or (isinstance(value, float) and math.isnan(value))):
             raise ValueError(f"{key}={value} must be {kind}{' (or null)' if nullable else ''}")
         no_limit = " (or null: no limit)" if key in LIMITS else ""
+        if key in POSITIVE and value <= 0:  # before the lower bound: -3 is refused as 0 is, "must be above 0"
+            raise ValueError(f"{key}={value} must be above 0{no_limit}")
         if low is not None and value < low:
             raise ValueError(f"{key}={value} must be {kind} >= {low}{no_limit}")
-        if key in POSITIVE and value <= 0:
-            raise ValueError(f"{key}={value} must be above 0{no_limit}")
         if key in BELOW_ONE and value >= 1:
             raise ValueError(f"{key}={value} must be below 1")
 

@@ -113,6 +113,14 @@ def test_main_reports_damaged_files_and_unwritable_folders_in_one_line(artifacts
     assert f"{tmp_path / 'b.alignments.jsonl'} is not UTF-8 text" in capsys.readouterr().err
 
 
+def test_a_missing_index_draws_nothing(artifacts, tmp_path):
+    """Every index is checked before any heatmap is drawn: a bad one leaves no partial set of plots."""
+    out = tmp_path / "plots"
+    with pytest.raises(KeyError, match="index 99 not in"):
+        plot_npz(artifacts, [0, 2, 99], out)
+    assert not out.exists() or not any(out.iterdir())
+
+
 def test_main_cli(artifacts, tmp_path, capsys):
     out = tmp_path / "cli"
     paths = main([str(artifacts), "--index", "0", "3", "--out", str(out)])

@@ -337,6 +337,8 @@ def test_translate_refuses_an_alignments_path_without_npz_before_translating(rep
     (["decode.beam_size=-1"], "decode.beam_size=-1 must be a whole number >= 1 (1 = greedy search)"),
     (["output=sub"], "output={tmp}/sub is a folder: give a file name for the output"),  # was a traceback at the end
     (["plots=pics"], "plots={tmp}/pics draws the alignments: add alignments=FILE.npz"),  # was silently nothing
+    (["plots=pics", "alignments=a.npz", "plot_first=-1"],  # was silently nothing
+     "plot_first=-1 must be a whole number >= 1 (how many of the first lines plots= draws)"),
     (["threads=0"], "threads=0 must be a whole number of CPU threads >= 1 (or null: all cores)"),
     (["input=sub"], "input={tmp}/sub is a folder, not a file"),
     # was: every output line empty, rc 0

@@ -142,6 +142,7 @@ def test_stopping_before_the_budget_ends_and_a_changed_budget_on_resume_are_repo
     ("model.emb_size=25.5", "model.emb_size=25.5 must be a whole number"),
     ("train.batch_tokens=0", "train.batch_tokens=0 must be a whole number >= 1"),
     ("train.max_minutes=0", "train.max_minutes=0 must be above 0 (or null: no limit)"),  # 0 used to mean no limit
+    ("train.max_minutes=-3", "train.max_minutes=-3 must be above 0 (or null: no limit)"),  # not ">= 0.0" as 0 is refused
     ("train.max_steps=0", "train.max_steps=0 must be a whole number >= 1 (or null: no limit)"),
     ("train.max_epochs=0", "train.max_epochs=0 must be a whole number >= 1 (or null: no limit)"),
     ("train.valid_every=true", "train.valid_every=True must be a whole number"),
