@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import struct
 import sys
+import tokenize
 import warnings
 import zipfile
+import zlib
 from pathlib import Path
 
 import matplotlib
@@ -138,6 +141,16 @@ def _index_range(keys: list[int]) -> str:
     return f"{min(keys)}..{max(keys)}" if keys else "none (empty file)"
 
 
+# what numpy and zipfile raise for a truncated, damaged or foreign .npz
+_NPZ_ERRORS = (ValueError, zipfile.BadZipFile, zlib.error, EOFError, tokenize.TokenError, NotImplementedError,
+               struct.error, OSError)
+
+
+def _unreadable(npz_path: Path, err: Exception) -> ValueError:
+    return ValueError(f"{npz_path} is not a readable .npz file ({type(err).__name__}: {err}): write it again with "
+                      "translate.py alignments=... or a training run's evaluation")
+
+
 def plot_npz(npz_path: str | Path, indices: list[int], out_dir: str | Path | None = None,
              gold=None, shift: int = 0) -> list[Path]:
     """Draw the heatmaps of some sentences of a saved ``X.alignments.npz`` (+ its sibling ``.jsonl``).
@@ -186,8 +199,15 @@ def plot_npz(npz_path: str | Path, indices: list[int], out_dir: str | Path | Non
                                  f"({type(err).__name__}: {err}); write the file again with translate.py "
                                  "alignments=... or a training run's evaluation") from err
     written = []
-    with np.load(npz_path, allow_pickle=False) as npz:
-        keys = sorted(int(k) for k in npz.files)
+    try:
+        npz = np.load(npz_path, allow_pickle=False)
+    except _NPZ_ERRORS as err:
+        raise _unreadable(npz_path, err) from err
+    with npz:
+        try:
+            keys = sorted(int(k) for k in npz.files)
+        except ValueError as err:  # a damaged member name
+            raise _unreadable(npz_path, err) from err
         indices = [int(index) for index in indices]
         for index in indices:  # all of them before drawing any: a bad one leaves no partial set of plots
             if str(index) not in npz.files:
@@ -199,7 +219,10 @@ def plot_npz(npz_path: str | Path, indices: list[int], out_dir: str | Path | Non
             if gold is not None and index >= len(gold):
                 raise KeyError(f"index {index} not in the gold file {gold.path} ({len(gold)} sentences)")
         for index in indices:
-            matrix = npz[str(index)]
+            try:
+                matrix = npz[str(index)]
+            except _NPZ_ERRORS as err:  # a damaged matrix shows only when it is read (CRC, zlib, npy header)
+                raise _unreadable(npz_path, err) from err
             if matrix.size == 0:
                 warnings.warn(f"{npz_path}: sentence {index} is empty, skipped", stacklevel=2)
                 continue
@@ -247,9 +270,6 @@ def main(argv: list[str] | None = None) -> list[Path]:
             paths = plot_npz(args.npz, args.index, args.out, gold=gold, shift=args.shift)
     except (KeyError, ValueError, OSError) as err:  # OSError: a folder that cannot be written, a missing file
         parser.error(str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err))
-    except zipfile.BadZipFile as err:  # a truncated or foreign .npz
-        parser.error(f"{args.npz} is not a readable .npz file ({err}): write it again with translate.py "
-                     "alignments=... or a training run's evaluation")
     for warning in caught:
         print(f"{parser.prog}: warning: {warning.message}", file=sys.stderr)
     for p in paths:

@@ -113,6 +113,29 @@ def test_main_reports_damaged_files_and_unwritable_folders_in_one_line(artifacts
     assert f"{tmp_path / 'b.alignments.jsonl'} is not UTF-8 text" in capsys.readouterr().err
 
 
+def test_a_damaged_compressed_npz_is_one_error_line(tmp_path, capsys):
+    """Bytes flipped inside a compressed matrix (as evaluate writes them) surface as a CRC or zlib error when the
+    matrix is read: one error line naming the file, never a traceback."""
+    matrix = np.zeros((30, 40), np.float32)  # compressible, like real attention: deflate codes, not stored blocks
+    matrix[np.arange(30), np.arange(30)] = 0.75
+    matrix[:, 39] = 0.25
+    good = tmp_path / "c.alignments.npz"
+    np.savez_compressed(good, **{"0": matrix})
+    tokens = {"index": 0, "source_tokens": [f"s{i}" for i in range(40)], "hypothesis_tokens": [f"h{i}" for i in range(30)]}
+    data = good.read_bytes()
+    for position in range(len(data)):  # every byte: zip and npy headers, compressed data (zlib errors), CRC
+        damaged = tmp_path / f"d{position}.alignments.npz"
+        flipped = bytearray(data)
+        flipped[position] ^= 0xFF
+        damaged.write_bytes(bytes(flipped))
+        damaged.with_name(f"d{position}.alignments.jsonl").write_text(json.dumps(tokens) + "\n", encoding="utf-8")
+        try:
+            main([str(damaged), "--out", str(tmp_path / "plots")])
+        except SystemExit:
+            err = capsys.readouterr().err
+            assert str(damaged) in err and "not found" not in err and "Traceback" not in err, err
+
+
 def test_a_missing_index_draws_nothing(artifacts, tmp_path):
     """Every index is checked before any heatmap is drawn: a bad one leaves no partial set of plots."""
     out = tmp_path / "plots"
