@@ -156,17 +156,15 @@ def main(argv: list[str] | None = None) -> int:
             if len(args.inputs) != 1 or not Path(args.inputs[0]).is_dir():
                 parser.error("--best/--last take one run directory")
             paths = select_checkpoints(args.inputs[0], best=args.best, last=args.last)
-            asked = args.best or args.last
-            if len(paths) < asked:  # one warning, also when only one is left (not a second "only one" line)
-                log.warning("%s has %d step checkpoint%s, fewer than the %d asked for: %s", args.inputs[0],
-                            len(paths), "" if len(paths) == 1 else "s", asked,
-                            "the output is a weights-only copy of it" if len(paths) == 1 else "averaging all of them")
-            elif len(paths) == 1:
-                log.warning("only one checkpoint (%s): the output is a weights-only copy of it", paths[0])
         else:
             paths = [Path(p) for p in args.inputs]
-            if len(paths) == 1:
-                log.warning("only one checkpoint (%s): the output is a weights-only copy of it", paths[0])
+        asked = args.best or args.last or len(paths)
+        if len(paths) < asked:  # one warning, also when only one is left (not a second "only one" line)
+            log.warning("%s has %d step checkpoint%s, fewer than the %d asked for: %s", args.inputs[0],
+                        len(paths), "" if len(paths) == 1 else "s", asked,
+                        "the output is a weights-only copy of it" if len(paths) == 1 else "averaging all of them")
+        elif len(paths) == 1:
+            log.warning("only one checkpoint (%s): the output is a weights-only copy of it", paths[0])
         if Path(args.out).resolve() in {Path(p).resolve() for p in paths}:
             raise ValueError(f"--out {args.out} is one of the checkpoints being averaged: write the average to a "
                              "new file (averaging would replace that checkpoint)")

@@ -146,9 +146,11 @@ _NPZ_ERRORS = (ValueError, zipfile.BadZipFile, zlib.error, EOFError, tokenize.To
                struct.error, OSError)
 
 
+_REWRITE = "write it again with translate.py alignments=... or a training run's evaluation"
+
+
 def _unreadable(npz_path: Path, err: Exception) -> ValueError:
-    return ValueError(f"{npz_path} is not a readable .npz file ({type(err).__name__}: {err}): write it again with "
-                      "translate.py alignments=... or a training run's evaluation")
+    return ValueError(f"{npz_path} is not a readable .npz file ({type(err).__name__}: {err}): {_REWRITE}")
 
 
 def plot_npz(npz_path: str | Path, indices: list[int], out_dir: str | Path | None = None,
@@ -185,8 +187,7 @@ def plot_npz(npz_path: str | Path, indices: list[int], out_dir: str | Path | Non
     try:
         lines = jsonl_path.read_text(encoding="utf-8").split("\n")  # not splitlines(): U+2028 may sit in a token
     except UnicodeDecodeError as err:
-        raise ValueError(f"{jsonl_path} is not UTF-8 text ({err}): write it again with translate.py "
-                         "alignments=... or a training run's evaluation") from err
+        raise ValueError(f"{jsonl_path} is not UTF-8 text ({err}): {_REWRITE}") from err
     for number, line in enumerate(lines, 1):
         if line.strip():
             try:
@@ -196,8 +197,7 @@ def plot_npz(npz_path: str | Path, indices: list[int], out_dir: str | Path | Non
                 records[rec["index"]] = rec
             except (ValueError, KeyError, TypeError) as err:  # not JSON, no "index", or not a whole number
                 raise ValueError(f"{jsonl_path}: line {number} is not a token record with an index "
-                                 f"({type(err).__name__}: {err}); write the file again with translate.py "
-                                 "alignments=... or a training run's evaluation") from err
+                                 f"({type(err).__name__}: {err}); {_REWRITE}") from err
     written = []
     try:
         npz = np.load(npz_path, allow_pickle=False)
