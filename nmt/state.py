@@ -16,6 +16,7 @@ import torch
 
 from nmt import checkpoint
 from nmt.curves import read_curve
+from nmt.ema import ExponentialMovingAverage
 from nmt.schedule import SCHEDULE_KEYS, BudgetDecay
 from nmt.textio import atomic_write
 
@@ -36,14 +37,33 @@ class Progress:
     validated_step: int = 0  # the step of the last validation (a resume at a stop validates unless it was done)
 
 
-def save_state(path: Path, cfg, model, optimizer, scheduler, toks, progress: Progress) -> None:
+def save_state(path: Path, cfg, model, optimizer, scheduler, toks, progress: Progress,
+               ema: ExponentialMovingAverage | None = None) -> None:
     """A full training checkpoint: weights, optimizer, scheduler, progress and the torch RNG states (CPU, and
-    every CUDA device's when CUDA is in use, so dropout continues its sequence after a resume on a GPU)."""
+    every CUDA device's when CUDA is in use, so dropout continues its sequence after a resume on a GPU).
+
+    With ``ema`` (``train.ema_decay``) the checkpoint's ``model`` is the averaged weights, the ones validated and
+    translated, and ``train_weights`` the raw weights that training continues from (:func:`train_weights`)."""
     rng = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         rng["cuda"] = torch.cuda.get_rng_state_all()
-    checkpoint.save(path, model, cfg, *toks, optimizer=optimizer.state_dict(),
-                    scheduler=scheduler.state_dict() if scheduler else None, progress=asdict(progress), rng=rng)
+    state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict() if scheduler else None,
+             "progress": asdict(progress), "rng": rng}
+    if ema is None:
+        checkpoint.save(path, model, cfg, *toks, **state)
+        return
+    raw = {key: value.detach().clone() for key, value in model.state_dict().items()}
+    with ema.applied():
+        checkpoint.save(path, model, cfg, *toks, train_weights=raw, **state)
+
+
+def train_weights(model, payload: dict) -> None:
+    """After a resume: put the raw weights of a checkpoint written with ``train.ema_decay`` (its
+    ``train_weights``) into ``model``, which was loaded with the averaged ones; a checkpoint without them (no
+    averaging) already holds the weights trained. Build the :class:`ExponentialMovingAverage` before this call,
+    so that the average continues from the saved one."""
+    if payload.get("train_weights") is not None:
+        model.load_state_dict(payload["train_weights"])
 
 
 FROM_CHECKPOINT = ("model", "attention", "decoder", "tokenizer", "data")  # what a resumed run cannot change

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict
 from pathlib import Path
 
@@ -27,11 +27,12 @@ from tqdm import tqdm
 from nmt import checkpoint
 from nmt.average import select_checkpoints
 from nmt.data import Parallel, encode_pairs, iterate_batches, load_splits
+from nmt.ema import ExponentialMovingAverage
 from nmt.evaluate import check_decoding, greedy_bleu
 from nmt.final import final_evaluation
 from nmt.loss import label_smoothed_cross_entropy
 from nmt.schedule import BudgetDecay, check_schedule, make_optimizer
-from nmt.state import Progress, restore, resume_from, save_state
+from nmt.state import Progress, restore, resume_from, save_state, train_weights
 from nmt.textio import atomic_write
 from nmt.tokenizer import PAD_ID, Tokenizer, train_spm
 
@@ -108,6 +109,7 @@ NUMERIC_SETTINGS = {
     "model.target_word_dropout": (False, 0.0, False),
     "train.batch_tokens": (True, 1, False), "train.lr": (False, 0.0, False), "train.clip": (False, 0.0, False),
     "train.label_smoothing": (False, 0.0, False), "train.lr_factor": (False, 0.0, False),
+    "train.ema_decay": (False, 0.0, True),
     "train.lr_patience": (True, 0, False), "train.min_lr": (False, 0.0, True), "train.max_steps": (True, 1, True),
     "train.max_epochs": (True, 1, True), "train.max_minutes": (False, 0.0, True), "train.valid_every": (True, 1, False),
     "train.log_every": (True, 0, True), "train.patience": (True, 0, True), "train.keep_best": (True, 0, True),
@@ -118,7 +120,7 @@ POSITIVE = ("train.lr", "train.clip", "train.lr_factor", "train.max_minutes")  #
 # (clip 0 zeroes gradients); a limit of 0 would silently mean none (the stop test reads 0 as unset)
 LIMITS = ("train.max_steps", "train.max_epochs", "train.max_minutes")
 BELOW_ONE = ("model.dropout", "model.source_word_dropout", "model.target_word_dropout", "train.label_smoothing",
-             "train.lr_factor")  # probabilities; a factor that must shrink
+             "train.lr_factor", "train.ema_decay")  # probabilities; factors that must shrink
 
 
 def check_numbers(cfg) -> None:
@@ -186,9 +188,15 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = ()) -> dict:
              cfg.decoder.style + ("" if model.decoder.input_feeding else " without input feeding"), device,
              len(train_pairs), run_dir.resolve())
     optimizer, scheduler = make_optimizer(model, cfg)
+    ema = None if cfg.train.get("ema_decay") is None else ExponentialMovingAverage(model, cfg.train.ema_decay)
+    if ema is not None:
+        log.info("moving average of the weights (train.ema_decay=%s): validation, best.pt and step_N.pt use the "
+                 "average; last.pt also keeps the raw weights to resume from", cfg.train.ema_decay)
+    if payload is not None:
+        train_weights(model, payload)  # after the average took the loaded (averaged) weights
     progress = Progress() if payload is None else restore(payload, optimizer, scheduler, cfg.train)
     stop = train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, splits["valid"], toks, run_dir,
-                      device, progress, overrides)
+                      device, progress, overrides, ema)
     results = {"valid_bleu": progress.best_bleu, "steps": progress.step,
                "train_minutes": progress.train_seconds / 60, "run_dir": str(run_dir), "stopped": stop}
     if stop.startswith("interrupted"):
@@ -320,11 +328,12 @@ class Meter:
 
 
 def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid: Parallel, toks, run_dir, device,
-               progress: Progress, overrides=()) -> str:
+               progress: Progress, overrides=(), ema: ExponentialMovingAverage | None = None) -> str:
     """Update until max_steps / max_epochs / max_minutes / early stopping / a signal; validate every
     ``valid_every`` steps and at the stop. Batches of epoch e come from seed ``cfg.seed + e``, so a resumed
     run skips the batches already seen and continues with the same order. ``epoch_pairs(epoch)`` gives the
-    encoded training pairs of an epoch. Returns why it stopped."""
+    encoded training pairs of an epoch. With ``ema`` the average follows every update, and validation and
+    checkpoints use it. Returns why it stopped."""
     t = cfg.train
     start = time.monotonic() - progress.train_seconds
     meter = Meter(t, progress)
@@ -334,7 +343,7 @@ def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid
         progress.train_seconds = time.monotonic() - start
         if stop or progress.step % t.valid_every == 0:
             stop = validate(cfg, model, optimizer, scheduler, valid_pairs, valid, toks, run_dir, device,
-                            progress, meter.record() if meter.steps else {}) or stop
+                            progress, meter.record() if meter.steps else {}, ema) or stop
             meter.reset()  # validation time is not training time
         return stop
 
@@ -352,6 +361,8 @@ def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid
                     scheduler.update(progress.step, time.monotonic() - start)
                 loss, ntok = train_step(model, optimizer, batch.to(device), t)
                 progress.step += 1
+                if ema is not None:
+                    ema.update(progress.step)
                 progress.batch_in_epoch += 1
                 meter.update(loss, ntok, progress, (time.monotonic() - start) / 60, optimizer.param_groups[0]["lr"])
                 if flag["signal"]:
@@ -370,7 +381,7 @@ def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid
         if flag["signal"]:  # after a step, or during the last validation: no final evaluation
             meter.bar.close()
             return interrupted(cfg, model, optimizer, scheduler, toks, run_dir, progress, flag["signal"],
-                               time.monotonic() - start, overrides)
+                               time.monotonic() - start, overrides, ema)
     meter.bar.close()
     log.info("training stopped after %d steps (%d epochs, %.1f min): %s", progress.step, progress.epoch,
              progress.train_seconds / 60, stop)
@@ -383,11 +394,11 @@ def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid
 
 
 def interrupted(cfg, model, optimizer, scheduler, toks, run_dir: Path, progress: Progress, name: str,
-                elapsed: float, overrides=()) -> str:
+                elapsed: float, overrides=(), ema: ExponentialMovingAverage | None = None) -> str:
     """Save ``last.pt`` after a signal and print the command that resumes (the run's own command-line
     ``overrides`` repeated, so its budget and schedule carry over); returns the stop reason."""
     progress.train_seconds = elapsed
-    save_state(run_dir / "checkpoints" / "last.pt", cfg, model, optimizer, scheduler, toks, progress)
+    save_state(run_dir / "checkpoints" / "last.pt", cfg, model, optimizer, scheduler, toks, progress, ema)
     last = (run_dir / "checkpoints" / "last.pt").resolve()
     keep = [o for o in overrides if not o.startswith(("hydra.run.dir=", "train.resume="))]
     log.warning("%s: stopped at step %d and saved %s. Resume with:\n  python train.py %s", name, progress.step,
@@ -407,15 +418,17 @@ def stop_reason(t, progress: Progress, elapsed: float) -> str | None:
 
 
 def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, toks, run_dir, device,
-             progress: Progress, record: dict) -> str | None:
+             progress: Progress, record: dict, ema: ExponentialMovingAverage | None = None) -> str | None:
     """Validation loss/perplexity and greedy BLEU; checkpoints; metrics.jsonl. Returns a stop reason or None.
 
     ``best.pt`` and the step checkpoint are written before ``last.pt``, so the best BLEU that ``last.pt``
     records is on disk even when the process is killed between the writes; the time the checkpoints record
-    includes this validation (the budget counts it), so a resumed budget schedule continues where it was."""
+    includes this validation (the budget counts it), so a resumed budget schedule continues where it was.
+    With ``ema`` the averaged weights are validated and go into ``best.pt`` and ``step_N.pt``."""
     began = time.monotonic()
-    valid_loss = validation_loss(model, valid_pairs, cfg.train.batch_tokens, device)
-    bleu = greedy_bleu(model, *toks, valid.src, valid.tgt, cfg.decode, device)
+    with ema.applied() if ema is not None else nullcontext():
+        valid_loss = validation_loss(model, valid_pairs, cfg.train.batch_tokens, device)
+        bleu = greedy_bleu(model, *toks, valid.src, valid.tgt, cfg.decode, device)
     model.train()
     record = {"step": progress.step, "epoch": progress.epoch, **record, "valid_loss": valid_loss,
               "valid_ppl": math.exp(min(valid_loss, 50)), "valid_bleu": bleu, "lr": optimizer.param_groups[0]["lr"],
@@ -434,10 +447,11 @@ def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, tok
     progress.validated_step = progress.step
     progress.train_seconds += time.monotonic() - began
     if improved:
-        save_state(run_dir / "checkpoints" / "best.pt", cfg, model, optimizer, scheduler, toks, progress)
+        save_state(run_dir / "checkpoints" / "best.pt", cfg, model, optimizer, scheduler, toks, progress, ema)
     if cfg.train.get("keep_best"):
-        keep_step_checkpoint(cfg, model, toks, run_dir, progress)
-    save_state(run_dir / "checkpoints" / "last.pt", cfg, model, optimizer, scheduler, toks, progress)
+        with ema.applied() if ema is not None else nullcontext():
+            keep_step_checkpoint(cfg, model, toks, run_dir, progress)
+    save_state(run_dir / "checkpoints" / "last.pt", cfg, model, optimizer, scheduler, toks, progress, ema)
     return patience_spent(cfg.train, progress)
 
 

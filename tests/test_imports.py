@@ -29,9 +29,11 @@ ALLOWED = {
     "checkpoint": {"attention", "model", "textio", "tokenizer"},  # attention: the allowed _target_s of a checkpoint
     "evaluate": {"alignment", "data", "search", "textio", "tokenizer"},
     "schedule": set(),
-    "state": {"checkpoint", "curves", "schedule", "textio"},  # Progress, last.pt/best.pt, resuming
+    "ema": set(),  # the moving average of the weights (train.ema_decay)
+    "state": {"checkpoint", "curves", "ema", "schedule", "textio"},  # Progress, last.pt/best.pt, resuming
     "final": {"average", "checkpoint", "data", "evaluate", "plot"},  # the end-of-run evaluation
-    "training": {"average", "checkpoint", "data", "evaluate", "final", "loss", "schedule", "state", "textio", "tokenizer"},
+    "training": {"average", "checkpoint", "data", "ema", "evaluate", "final", "loss", "schedule", "state", "textio",
+                 "tokenizer"},
     "average": {"checkpoint", "curves", "textio"},  # curves.read_curve: the one reader of metrics.jsonl
     "align": {"alignment", "checkpoint", "data", "evaluate", "normalize", "search", "textio", "tokenizer"},
 }
