@@ -181,13 +181,15 @@ def bytes_tensor(data: bytes) -> torch.Tensor:
 
 
 def save(path: str | Path, model: Seq2Seq, cfg: DictConfig, src_tok: Tokenizer, tgt_tok: Tokenizer,
-         **state) -> None:
+         weights: dict | None = None, **state) -> None:
     """Write a checkpoint atomically (temporary file, fsync, rename); ``state`` adds optimizer, step, ...
 
-    Everything stored must be tensors or plain data; ``cfg`` is resolved to plain containers here.
+    ``weights``: the state dict stored as ``model`` (what loads for translation) instead of ``model.state_dict()``,
+    e.g. the moving average of the weights (:mod:`nmt.ema`). Everything stored must be tensors or plain data;
+    ``cfg`` is resolved to plain containers here.
     """
     payload = {
-        "model": model.state_dict(),
+        "model": model.state_dict() if weights is None else weights,
         "config": OmegaConf.to_container(cfg, resolve=True),
         "spm": {"src": bytes_tensor(src_tok.model_proto), "tgt": bytes_tensor(tgt_tok.model_proto),
                 **{f"{side}_vocab": torch.tensor(tok.vocab, dtype=torch.long)

@@ -42,28 +42,32 @@ def save_state(path: Path, cfg, model, optimizer, scheduler, toks, progress: Pro
     """A full training checkpoint: weights, optimizer, scheduler, progress and the torch RNG states (CPU, and
     every CUDA device's when CUDA is in use, so dropout continues its sequence after a resume on a GPU).
 
-    With ``ema`` (``train.ema_decay``) the checkpoint's ``model`` is the averaged weights, the ones validated and
-    translated, and ``train_weights`` the raw weights that training continues from (:func:`train_weights`)."""
+    With ``ema`` (``train.ema_decay``) the checkpoint's ``model`` is the average of the weights, the one validated
+    and translated, ``train_weights`` the raw weights that training continues from, and ``ema_updates`` how many
+    updates the average has followed (:func:`resume_from` puts them back)."""
     rng = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         rng["cuda"] = torch.cuda.get_rng_state_all()
     state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict() if scheduler else None,
              "progress": asdict(progress), "rng": rng}
-    if ema is None:
-        checkpoint.save(path, model, cfg, *toks, **state)
-        return
-    raw = {key: value.detach().clone() for key, value in model.state_dict().items()}
-    with ema.applied():
-        checkpoint.save(path, model, cfg, *toks, train_weights=raw, **state)
+    if ema is not None:
+        state.update(weights=ema.averaged_state(model), train_weights=model.state_dict(), ema_updates=ema.updates)
+    checkpoint.save(path, model, cfg, *toks, **state)
 
 
-def train_weights(model, payload: dict) -> None:
-    """After a resume: put the raw weights of a checkpoint written with ``train.ema_decay`` (its
-    ``train_weights``) into ``model``, which was loaded with the averaged ones; a checkpoint without them (no
-    averaging) already holds the weights trained. Build the :class:`ExponentialMovingAverage` before this call,
-    so that the average continues from the saved one."""
-    if payload.get("train_weights") is not None:
-        model.load_state_dict(payload["train_weights"])
+def moving_average(t, model, payload: dict | None) -> ExponentialMovingAverage | None:
+    """The moving average of the weights for ``t.ema_decay`` (``cfg.train``; None when it is null): after a resume
+    from a checkpoint written with one, it continues the saved average (``payload["averaged_weights"]``, see
+    :func:`resume_from`), else it starts from the model's weights with a fresh warm-up.
+
+    Raises:
+        ValueError: for a decay outside [0.5, 1).
+    """
+    if t.get("ema_decay") is None:
+        return None
+    saved = (payload or {}).get("averaged_weights")
+    return ExponentialMovingAverage(model, t.ema_decay, start=saved,
+                                    updates=payload.get("ema_updates", 0) if saved is not None else 0)
 
 
 FROM_CHECKPOINT = ("model", "attention", "decoder", "tokenizer", "data")  # what a resumed run cannot change
@@ -80,11 +84,14 @@ def resume_from(path, cfg, run_dir: Path, device):
     checkpoint's step, so the final evaluation and averaging still see them.
     Returns ``(model, src_tok, tgt_tok, payload, cfg)``: ``cfg`` is the command line's config with those groups
     (``FROM_CHECKPOINT``) taken from the checkpoint, so the checkpoints, logs and scores of the resumed run
-    describe the model it trains.
+    describe the model it trains. The model holds the weights to train on: a checkpoint written with
+    ``train.ema_decay`` stores the average as its model and the raw weights as ``train_weights``; the model gets
+    the raw ones and ``payload["averaged_weights"]`` the average, for :func:`moving_average`.
 
     Raises:
         FileNotFoundError / nmt.checkpoint.CheckpointError: as :func:`nmt.checkpoint.load`, and for a checkpoint
-            that holds weights only (``step_N.pt``, ``averaged.pt``): resume from ``last.pt`` (or ``best.pt``).
+            that holds weights only (``step_N.pt``, ``averaged.pt``): resume from ``last.pt`` (or ``best.pt``),
+            and for ``train_weights`` that do not fit the model.
     """
     model, ckpt_cfg, src_tok, tgt_tok, payload = checkpoint.load(path, device)
     missing = [key for key in ("optimizer", "progress", "rng") if key not in payload]
@@ -92,6 +99,19 @@ def resume_from(path, cfg, run_dir: Path, device):
         raise checkpoint.CheckpointError(
             f"{path} holds weights only (no {', '.join(missing)}), so training cannot continue from it: resume from "
             f"the run's checkpoints/last.pt (or best.pt), or start a new run")
+    if payload.get("train_weights") is not None:  # written with train.ema_decay: model holds the average
+        payload["averaged_weights"] = {key: value.clone() for key, value in model.state_dict().items()}
+        try:
+            model.load_state_dict(payload["train_weights"])
+        except (RuntimeError, TypeError, AttributeError) as err:
+            raise checkpoint.CheckpointError(f"{path}: its train_weights (the raw weights to continue training) do not "
+                                             f"fit the model in its own config: {err}") from None
+    before, now = ckpt_cfg.train.get("ema_decay"), cfg.train.get("ema_decay")
+    if before != now:
+        log.warning("resuming %s: train.ema_decay was %s and is %s now: validation BLEU from here is of %s, but the "
+                    "best BLEU so far (best.pt, the plateau schedule, early stopping) was measured on %s", path,
+                    before, now, "the raw weights" if now is None else "a moving average",
+                    "the raw weights" if before is None else "the average")
     for key in FROM_CHECKPOINT:
         if changed := checkpoint.differences(ckpt_cfg.get(key), cfg.get(key), key):
             log.warning("resuming %s: %s comes from the checkpoint, not from this run's settings: %s", path, key,

@@ -32,7 +32,7 @@ from nmt.evaluate import check_decoding, greedy_bleu
 from nmt.final import final_evaluation
 from nmt.loss import label_smoothed_cross_entropy
 from nmt.schedule import BudgetDecay, check_schedule, make_optimizer
-from nmt.state import Progress, restore, resume_from, save_state, train_weights
+from nmt.state import Progress, moving_average, restore, resume_from, save_state
 from nmt.textio import atomic_write
 from nmt.tokenizer import PAD_ID, Tokenizer, train_spm
 
@@ -109,7 +109,7 @@ NUMERIC_SETTINGS = {
     "model.target_word_dropout": (False, 0.0, False),
     "train.batch_tokens": (True, 1, False), "train.lr": (False, 0.0, False), "train.clip": (False, 0.0, False),
     "train.label_smoothing": (False, 0.0, False), "train.lr_factor": (False, 0.0, False),
-    "train.ema_decay": (False, 0.0, True),
+    "train.ema_decay": (False, 0.5, True),
     "train.lr_patience": (True, 0, False), "train.min_lr": (False, 0.0, True), "train.max_steps": (True, 1, True),
     "train.max_epochs": (True, 1, True), "train.max_minutes": (False, 0.0, True), "train.valid_every": (True, 1, False),
     "train.log_every": (True, 0, True), "train.patience": (True, 0, True), "train.keep_best": (True, 0, True),
@@ -119,6 +119,8 @@ NUMERIC_SETTINGS = {
 POSITIVE = ("train.lr", "train.clip", "train.lr_factor", "train.max_minutes")  # 0 would silently train nothing
 # (clip 0 zeroes gradients); a limit of 0 would silently mean none (the stop test reads 0 as unset)
 LIMITS = ("train.max_steps", "train.max_epochs", "train.max_minutes")
+HINTS = {"train.ema_decay": " (or null: no average): the share of the old average kept per update (Marian's --exponential-smoothing 1e-4 "
+                            "is 0.9999 here)"}
 BELOW_ONE = ("model.dropout", "model.source_word_dropout", "model.target_word_dropout", "train.label_smoothing",
              "train.lr_factor", "train.ema_decay")  # probabilities; factors that must shrink
 
@@ -144,13 +146,13 @@ def check_numbers(cfg) -> None:
         if (isinstance(value, bool) or not isinstance(value, int if whole else (int, float))
                 or (isinstance(value, float) and math.isnan(value))):
             raise ValueError(f"{key}={value} must be {kind}{' (or null)' if nullable else ''}")
-        no_limit = " (or null: no limit)" if key in LIMITS else ""
+        extra = (" (or null: no limit)" if key in LIMITS else "") + HINTS.get(key, "")
         if key in POSITIVE and value <= 0:  # before the lower bound: -3 is refused as 0 is, "must be above 0"
-            raise ValueError(f"{key}={value} must be above 0{no_limit}")
+            raise ValueError(f"{key}={value} must be above 0{extra}")
         if low is not None and value < low:
-            raise ValueError(f"{key}={value} must be {kind} >= {low}{no_limit}")
+            raise ValueError(f"{key}={value} must be {kind} >= {low}{extra}")
         if key in BELOW_ONE and value >= 1:
-            raise ValueError(f"{key}={value} must be below 1")
+            raise ValueError(f"{key}={value} must be below 1{HINTS.get(key, '')}")
 
 
 def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = ()) -> dict:
@@ -188,12 +190,10 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = ()) -> dict:
              cfg.decoder.style + ("" if model.decoder.input_feeding else " without input feeding"), device,
              len(train_pairs), run_dir.resolve())
     optimizer, scheduler = make_optimizer(model, cfg)
-    ema = None if cfg.train.get("ema_decay") is None else ExponentialMovingAverage(model, cfg.train.ema_decay)
+    ema = moving_average(cfg.train, model, payload)
     if ema is not None:
-        log.info("moving average of the weights (train.ema_decay=%s): validation, best.pt and step_N.pt use the "
-                 "average; last.pt also keeps the raw weights to resume from", cfg.train.ema_decay)
-    if payload is not None:
-        train_weights(model, payload)  # after the average took the loaded (averaged) weights
+        log.info("moving average of the weights (train.ema_decay=%s): validation and the model in every checkpoint "
+                 "are the average; best.pt and last.pt also keep the raw weights to resume from", cfg.train.ema_decay)
     progress = Progress() if payload is None else restore(payload, optimizer, scheduler, cfg.train)
     stop = train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, splits["valid"], toks, run_dir,
                       device, progress, overrides, ema)
@@ -362,7 +362,7 @@ def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid
                 loss, ntok = train_step(model, optimizer, batch.to(device), t)
                 progress.step += 1
                 if ema is not None:
-                    ema.update(progress.step)
+                    ema.update()
                 progress.batch_in_epoch += 1
                 meter.update(loss, ntok, progress, (time.monotonic() - start) / 60, optimizer.param_groups[0]["lr"])
                 if flag["signal"]:
@@ -395,8 +395,9 @@ def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid
 
 def interrupted(cfg, model, optimizer, scheduler, toks, run_dir: Path, progress: Progress, name: str,
                 elapsed: float, overrides=(), ema: ExponentialMovingAverage | None = None) -> str:
-    """Save ``last.pt`` after a signal and print the command that resumes (the run's own command-line
-    ``overrides`` repeated, so its budget and schedule carry over); returns the stop reason."""
+    """Save ``last.pt`` (with ``ema``: the average as its model, the raw weights to resume from) after a signal and
+    print the command that resumes (the run's own command-line ``overrides`` repeated, so its budget and schedule
+    carry over); returns the stop reason."""
     progress.train_seconds = elapsed
     save_state(run_dir / "checkpoints" / "last.pt", cfg, model, optimizer, scheduler, toks, progress, ema)
     last = (run_dir / "checkpoints" / "last.pt").resolve()
@@ -424,7 +425,8 @@ def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, tok
     ``best.pt`` and the step checkpoint are written before ``last.pt``, so the best BLEU that ``last.pt``
     records is on disk even when the process is killed between the writes; the time the checkpoints record
     includes this validation (the budget counts it), so a resumed budget schedule continues where it was.
-    With ``ema`` the averaged weights are validated and go into ``best.pt`` and ``step_N.pt``."""
+    With ``ema`` the average of the weights is validated and is the model of ``best.pt``, ``step_N.pt`` and
+    ``last.pt`` (``best.pt`` and ``last.pt`` also keep the raw weights to resume from)."""
     began = time.monotonic()
     with ema.applied() if ema is not None else nullcontext():
         valid_loss = validation_loss(model, valid_pairs, cfg.train.batch_tokens, device)
@@ -449,8 +451,7 @@ def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, tok
     if improved:
         save_state(run_dir / "checkpoints" / "best.pt", cfg, model, optimizer, scheduler, toks, progress, ema)
     if cfg.train.get("keep_best"):
-        with ema.applied() if ema is not None else nullcontext():
-            keep_step_checkpoint(cfg, model, toks, run_dir, progress)
+        keep_step_checkpoint(cfg, model, toks, run_dir, progress, ema)
     save_state(run_dir / "checkpoints" / "last.pt", cfg, model, optimizer, scheduler, toks, progress, ema)
     return patience_spent(cfg.train, progress)
 
@@ -462,11 +463,14 @@ def patience_spent(t, progress: Progress) -> str | None:
     return None
 
 
-def keep_step_checkpoint(cfg, model, toks, run_dir: Path, progress: Progress) -> None:
-    """Save weights-only ``checkpoints/step_N.pt`` and delete the step checkpoints that are no longer among the
-    ``train.keep_best`` best by validation BLEU (the inputs of checkpoint averaging)."""
+def keep_step_checkpoint(cfg, model, toks, run_dir: Path, progress: Progress,
+                         ema: ExponentialMovingAverage | None = None) -> None:
+    """Save weights-only ``checkpoints/step_N.pt`` (the moving average of the weights with ``ema``) and delete the
+    step checkpoints that are no longer among the ``train.keep_best`` best by validation BLEU (the inputs of
+    checkpoint averaging)."""
     ckpt_dir = run_dir / "checkpoints"
-    checkpoint.save(ckpt_dir / f"step_{progress.step}.pt", model, cfg, *toks, progress=asdict(progress))
+    checkpoint.save(ckpt_dir / f"step_{progress.step}.pt", model, cfg, *toks,
+                    weights=None if ema is None else ema.averaged_state(model), progress=asdict(progress))
     keep = set(select_checkpoints(run_dir, best=cfg.train.keep_best))
     for path in ckpt_dir.glob("step_*.pt"):
         if path not in keep:
