@@ -40,6 +40,7 @@ from matplotlib.figure import Figure
 
 from nmt.aer import FORMATS, read_alignments
 from nmt.alignment import merge_to_words
+from nmt.textio import check_writable
 
 WORD_START = "\u2581"
 SPECIAL_TOKENS = frozenset({"</s>", "<s>", "<pad>", "<unk>"})
@@ -263,6 +264,8 @@ def main(argv: list[str] | None = None) -> list[Path]:
     parser.add_argument("--shift", type=int, default=0, help="read target word t from attention row t+shift")
     args = parser.parse_args(argv)
     try:
+        if args.out is not None:  # before any work: a part of the path that is a file is named, not [Errno 20]
+            check_writable(args.out, "--out", folder=True)
         gold = (read_alignments(args.gold, args.gold_format, one_based=args.one_based,
                                 target_first=args.target_first) if args.gold else None)
         with warnings.catch_warnings(record=True) as caught:  # one line each on stderr, not Python's two

@@ -19,7 +19,7 @@ ALLOWED = {
     "attention": set(),
     "curves": set(),
     "loss": set(),
-    "plot": {"aer", "alignment"},
+    "plot": {"aer", "alignment", "textio"},
     "normalize": set(),
     "textio": set(),
     "tokenizer": set(),

@@ -94,12 +94,13 @@ def test_a_bad_jsonl_line_names_file_and_line(artifacts, tmp_path, capsys, bad_l
 
 def test_main_reports_damaged_files_and_unwritable_folders_in_one_line(artifacts, tmp_path, capsys):
     """A truncated .npz, a .jsonl that is not UTF-8 and an --out under a file: one usage error line each naming
-    the file (they were tracebacks or a message without the file)."""
+    the file (they were tracebacks or a message without the file; the --out one said only [Errno 20])."""
     truncated = tmp_path / "t.alignments.npz"
     truncated.write_bytes(artifacts.read_bytes()[:200])
     artifacts.with_name("test.alignments.jsonl").replace(tmp_path / "t.alignments.jsonl")
     for argv, message in [([str(truncated)], f"{truncated} is not a readable .npz file"),
-                          ([str(artifacts), "--out", str(truncated / "sub")], "")]:
+                          ([str(artifacts), "--out", str(truncated / "sub")],
+                           f"--out={truncated / 'sub'}: {truncated} is a file, not a folder")]:
         with pytest.raises(SystemExit):
             main(argv)
         err = capsys.readouterr().err
