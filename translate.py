@@ -99,7 +99,11 @@ def run(cfg: DictConfig) -> None:
 
 def check_outputs(cfg: DictConfig) -> tuple[int, int]:
     """The beam size and n-best size to decode with, after checking the decoding and output settings together
-    (before any work). Raises ValueError naming the setting."""
+    (before any work).
+
+    Raises:
+        ValueError: naming the setting that is out of range or that conflicts with another.
+    """
     beam_key = "beam_size" if cfg.beam_size is not None else "decode.beam_size"
     beam_size, n_best = cfg.beam_size if cfg.beam_size is not None else cfg.decode.beam_size, cfg.decode.n_best
     check_decoding(beam_size, n_best, beam_key, cfg.decode)

@@ -74,10 +74,14 @@ def _same(a, b) -> bool:
 
 
 def check_same_model(payloads: list[dict], names: list[str]) -> None:
-    """Raises CheckpointError, naming the checkpoint and the setting, unless every payload has the first one's
-    architecture and subword settings (config sections ``SAME_MODEL``) and the same SentencePiece models and
-    vocabularies: weights of the same shapes can still belong to models that read them differently (scaled vs
-    unscaled dot attention, another corpus' subwords)."""
+    """Check that checkpoints can be averaged: every payload must have the first one's architecture and subword
+    settings (config sections ``SAME_MODEL``) and the same SentencePiece models and vocabularies, since weights
+    of the same shapes can still belong to models that read them differently (scaled vs unscaled dot attention,
+    another corpus' subwords). ``names`` label the payloads in the message.
+
+    Raises:
+        CheckpointError: naming the checkpoint and the setting that differs.
+    """
     first = payloads[0]
     for payload, name in zip(payloads[1:], names[1:]):
         for section in SAME_MODEL:

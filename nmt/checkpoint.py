@@ -114,7 +114,11 @@ def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Se
     """Instantiate the model described by ``cfg.model``, ``cfg.decoder`` and ``cfg.attention``.
 
     ``cfg.attention`` is a ``_partial_: true`` node: instantiating it gives the factory the decoder calls
-    with ``query_size``/``key_size``. Raises Hydra's errors for unknown keys and ValueError for invalid sizes.
+    with ``query_size``/``key_size``.
+
+    Raises:
+        hydra.errors.InstantiationException / omegaconf errors: for an attention node with unknown keys.
+        ValueError: for invalid sizes or settings (odd ``hidden_size``, an unknown decoder style, ...).
     """
     m = cfg.model
     encoder = Encoder(src_vocab_size, m.emb_size, m.hidden_size, m.encoder_layers, m.dropout,

@@ -72,15 +72,15 @@ def _number(value) -> bool:
 
 
 def check_decoding(beam_size, n_best: int = 1, key: str = "decode.beam_size", decode=None) -> None:
-    """Check the decoding settings before any work.
+    """Check the decoding settings before any work: ``beam_size`` (the setting ``key``) must be a whole number
+    >= 1, ``n_best`` a whole number in ``[1, beam_size]`` (a beam of K keeps K hypotheses) and, when the ``decode``
+    node is given, ``batch_size`` a whole number >= 1, ``max_src_len`` a whole number >= 2 (a subword and
+    ``</s>``), ``length_penalty``, ``coverage_penalty`` (when present: configurations saved before it existed lack
+    it) and ``max_len_a`` numbers >= 0, and ``max_len_b`` a number with ``2 * max_len_a + max_len_b >= 2`` (the
+    shortest source, a subword and ``</s>``, leaves room for a subword and ``</s>``).
 
-    Raises ValueError, naming the setting, unless ``beam_size`` (the setting ``key``) is a whole number >= 1,
-    ``n_best`` a whole number in ``[1, beam_size]`` (a beam of K keeps K hypotheses) and, when the ``decode`` node
-    is given, ``batch_size`` a whole number >= 1, ``max_src_len`` a whole number >= 2 (a subword and ``</s>``),
-    ``length_penalty``, ``coverage_penalty`` (when present: configurations saved before it existed lack it) and
-    ``max_len_a`` numbers >= 0, and ``max_len_b`` a number with
-    ``2 * max_len_a + max_len_b >= 2`` (the shortest source, a subword and ``</s>``, leaves room for a subword and
-    ``</s>``).
+    Raises:
+        ValueError: naming the first setting that is out of range.
     """
     if not _whole(beam_size) or beam_size < 1:
         raise ValueError(f"{key}={beam_size} must be a whole number >= 1 (1 = greedy search)")
@@ -219,8 +219,12 @@ def save_results(prefix: str | Path, translations: list[Translation], scores: di
 
 
 def check_npz_path(path: str | Path, key: str = "alignments") -> None:
-    """Raises ValueError, naming the setting ``key``, unless ``path`` ends in ``.npz``: the tokens of the matrices
-    go to the ``.jsonl`` beside it, where :func:`nmt.plot.plot_npz` looks for them."""
+    """Check that the alignments file ``path`` (the setting ``key``) ends in ``.npz``: the tokens of the matrices
+    go to the ``.jsonl`` beside it, where :func:`nmt.plot.plot_npz` looks for them.
+
+    Raises:
+        ValueError: naming the setting, for another suffix.
+    """
     if not str(path).endswith(".npz"):
         raise ValueError(f"{key}={path} must end in .npz (its tokens go to the .jsonl beside it)")
 

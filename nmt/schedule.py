@@ -22,7 +22,8 @@ class BudgetDecay:
     towards 0). The rate is a function of the step and the elapsed time only, so a resumed run with the same
     budget continues on the same schedule (no state to save); a changed budget moves the rate at once.
 
-    Raises ValueError for the settings :func:`check_schedule` refuses.
+    Raises:
+        ValueError: for the settings :func:`check_schedule` refuses.
     """
 
     def __init__(self, optimizer, t):
@@ -100,7 +101,11 @@ FUSED_ADAM_ON_CPU = tuple(int(x) for x in torch.__version__.split("+")[0].split(
 def make_optimizer(model, cfg):
     """Adam (PyTorch's fused kernel, one pass over all parameters, where torch has it) and the configured learning-rate schedule:
     ``plateau`` (multiply by lr_factor when validation BLEU stops rising), ``budget`` (:class:`BudgetDecay`,
-    linear decay over max_minutes / max_steps) or ``constant``. Raises ValueError for another name."""
+    linear decay over max_minutes / max_steps) or ``constant``.
+
+    Raises:
+        ValueError: for another ``train.lr_scheduler`` name.
+    """
     # the fused kernel runs on CPU from torch 2.4 (and on CUDA before); older versions get the multi-tensor one
     kernel = "fused" if FUSED_ADAM_ON_CPU or all(p.is_cuda for p in model.parameters()) else "foreach"
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, **{kernel: True})
