@@ -73,7 +73,7 @@ def moving_average(t, model, payload: dict | None) -> ExponentialMovingAverage |
 FROM_CHECKPOINT = ("model", "attention", "decoder", "tokenizer", "data")  # what a resumed run cannot change
 
 
-def resume_from(path, cfg, run_dir: Path, device):
+def resume_from(path, cfg, run_dir: Path, device, overrides=()):
     """Model, tokenizers and data config from a checkpoint to resume; its SentencePiece models are copied to
     ``run_dir/spm``.
 
@@ -81,7 +81,8 @@ def resume_from(path, cfg, run_dir: Path, device):
     config, so a resumed run trains on the same data; a different one on the command line is ignored with a
     warning, and so does a changed learning-rate schedule. Resuming into another run folder copies the
     checkpoint's ``best.pt`` and ``step_N.pt`` along, and its run's ``metrics.jsonl`` records up to the
-    checkpoint's step, so the final evaluation and averaging still see them.
+    checkpoint's step, so the final evaluation and averaging still see them. ``train.ema_decay`` stays the
+    checkpoint's unless the command line's ``overrides`` set it (a resume by the run folder alone keeps averaging).
     Returns ``(model, src_tok, tgt_tok, payload, cfg)``: ``cfg`` is the command line's config with those groups
     (``FROM_CHECKPOINT``) taken from the checkpoint, so the checkpoints, logs and scores of the resumed run
     describe the model it trains. The model holds the weights to train on: a checkpoint written with
@@ -107,6 +108,10 @@ def resume_from(path, cfg, run_dir: Path, device):
             raise checkpoint.CheckpointError(f"{path}: its train_weights (the raw weights to continue training) do not "
                                              f"fit the model in its own config: {err}") from None
     before, now = ckpt_cfg.train.get("ema_decay"), cfg.train.get("ema_decay")
+    if before is not None and not any(o.lstrip("+").startswith("train.ema_decay=") for o in overrides):
+        cfg.train.ema_decay = now = before  # a run resumed by its folder alone keeps averaging
+        log.info("resuming %s: train.ema_decay=%s from the checkpoint (train.ema_decay=null stops the average)",
+                 path, before)
     if before != now:
         log.warning("resuming %s: train.ema_decay was %s and is %s now: validation BLEU from here is of %s, but the "
                     "best BLEU so far (best.pt, the plateau schedule, early stopping) was measured on %s", path,

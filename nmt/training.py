@@ -182,7 +182,7 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = ()) -> dict:
     torch.manual_seed(cfg.seed)
     checkpoint.set_threads(cfg.get("threads"))
     device = checkpoint.pick_device(cfg.device)
-    cfg, splits, model, toks, payload = start_or_resume(cfg, run_dir, device)
+    cfg, splits, model, toks, payload = start_or_resume(cfg, run_dir, device, overrides)
     train_pairs, epoch_pairs = training_pairs(cfg, splits["train"], toks)
     valid_pairs = encode_pairs(splits["valid"], *toks)
     log.info("model: %.2fM parameters, attention=%s, decoder=%s, device=%s; %d training pairs; run folder %s",
@@ -209,7 +209,7 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = ()) -> dict:
     return results
 
 
-def start_or_resume(cfg, run_dir: Path, device):
+def start_or_resume(cfg, run_dir: Path, device, overrides=()):
     """The config, splits, model, tokenizers and checkpoint payload of the run: resumed from ``train.resume``
     (a checkpoint, or a run folder with ``checkpoints/last.pt``) or from ``run_dir/checkpoints/last.pt`` when it
     exists (:func:`nmt.state.resume_from`; ``payload`` holds the optimizer, progress and RNG state), else a new
@@ -226,7 +226,7 @@ def start_or_resume(cfg, run_dir: Path, device):
     if Path(resume).is_dir() and (Path(resume) / "checkpoints" / "last.pt").is_file():  # a run folder
         resume = Path(resume) / "checkpoints" / "last.pt"
     if cfg.train.get("resume") or Path(resume).is_file():
-        model, src_tok, tgt_tok, payload, cfg = resume_from(resume, cfg, run_dir, device)
+        model, src_tok, tgt_tok, payload, cfg = resume_from(resume, cfg, run_dir, device, overrides)
         checkpoint.save_config(cfg, run_dir / ".hydra" / "config.yaml")  # the folder describes the model trained
         return cfg, load_splits(cfg.data), model, (src_tok, tgt_tok), payload
     with torch.random.fork_rng(devices=[]):  # a bad architecture setting (decoder.style=...) fails before any work;
