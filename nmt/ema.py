@@ -20,6 +20,9 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+# what d means, for the error messages (here and in training.check_numbers): Marian counts the other way round
+DECAY_MEANING = "the share of the old average kept per update (Marian's --exponential-smoothing 1e-4 is 0.9999 here)"
+
 
 class ExponentialMovingAverage:
     """A shadow copy of a model's trainable parameters that follows them with decay ``decay`` per update.
@@ -43,12 +46,10 @@ class ExponentialMovingAverage:
     def __init__(self, model: nn.Module, decay: float, start: Mapping[str, torch.Tensor] | None = None,
                  updates: int = 0):
         if not 0.5 <= decay < 1.0:
-            raise ValueError(f"train.ema_decay={decay} must be in [0.5, 1), the share of the old average kept per "
-                             "update (Marian's --exponential-smoothing 1e-4 is 0.9999 here), or null: no average")
+            raise ValueError(f"train.ema_decay={decay} must be in [0.5, 1), {DECAY_MEANING}, or null: no average")
         self.decay = float(decay)
         self.updates = int(updates)
         named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]  # shared ones once
-        self.names = [name for name, _ in named]
         self.params = [p for _, p in named]
         with torch.no_grad():
             self.shadow = [(p if start is None else start[name].to(p.device, p.dtype)).detach().clone()

@@ -27,7 +27,7 @@ from tqdm import tqdm
 from nmt import checkpoint
 from nmt.average import select_checkpoints
 from nmt.data import Parallel, encode_pairs, iterate_batches, load_splits
-from nmt.ema import ExponentialMovingAverage
+from nmt.ema import DECAY_MEANING, ExponentialMovingAverage
 from nmt.evaluate import check_decoding, greedy_bleu
 from nmt.final import final_evaluation
 from nmt.loss import label_smoothed_cross_entropy
@@ -119,8 +119,7 @@ NUMERIC_SETTINGS = {
 POSITIVE = ("train.lr", "train.clip", "train.lr_factor", "train.max_minutes")  # 0 would silently train nothing
 # (clip 0 zeroes gradients); a limit of 0 would silently mean none (the stop test reads 0 as unset)
 LIMITS = ("train.max_steps", "train.max_epochs", "train.max_minutes")
-HINTS = {"train.ema_decay": " (or null: no average): the share of the old average kept per update (Marian's --exponential-smoothing 1e-4 "
-                            "is 0.9999 here)"}
+HINTS = {"train.ema_decay": f" (or null: no average): {DECAY_MEANING}"}
 BELOW_ONE = ("model.dropout", "model.source_word_dropout", "model.target_word_dropout", "train.label_smoothing",
              "train.lr_factor", "train.ema_decay")  # probabilities; factors that must shrink
 
