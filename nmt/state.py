@@ -72,6 +72,31 @@ def moving_average(t, model, payload: dict | None) -> ExponentialMovingAverage |
 
 FROM_CHECKPOINT = ("model", "attention", "decoder", "tokenizer", "data")  # what a resumed run cannot change
 
+# train.* keys whose change at a resume has a warning of its own, or is how a run is extended (the budget)
+REPORTED_ELSEWHERE = ("resume", "ema_decay", "batch_tokens", "max_steps", "max_minutes", "max_epochs")
+
+
+def other_changes(ckpt_cfg, cfg, skip=()) -> list[tuple[str, object, object]]:
+    """The ``train.*`` and ``decode.*`` settings of a resumed run that differ from its checkpoint's, as
+    ``(dotted name, checkpoint's value, this run's value)``: validation, checkpointing and the final evaluation
+    follow this run's, so a resume by the run folder alone (``hydra.run.dir=RUN``) falls back to the defaults for
+    whatever the first command set (``train.valid_every``, a preset's ``decode.beam_size``). Left out: the keys in
+    ``skip`` and ``REPORTED_ELSEWHERE``, and keys one of the two configs lacks (a checkpoint from before the key
+    existed)."""
+    changed = []
+    for section, left_out in (("train", (*REPORTED_ELSEWHERE, *skip)), ("decode", ())):
+        before, now = ckpt_cfg.get(section) or {}, cfg.get(section) or {}
+        changed += [(f"{section}.{key}", before[key], now[key]) for key in sorted(set(before) & set(now), key=str)
+                    if key not in left_out and checkpoint.differences(before[key], now[key], key)]
+    return changed
+
+
+def _yaml(value) -> str:
+    """A setting as it is written on the command line: ``null``, ``true``, ``0.5``."""
+    if value is None:
+        return "null"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
 
 def resume_from(path, cfg, run_dir: Path, device, overrides=()):
     """Model, tokenizers and data config from a checkpoint to resume; its SentencePiece models are copied to
@@ -79,7 +104,8 @@ def resume_from(path, cfg, run_dir: Path, device, overrides=()):
 
     The architecture and the corpus (``data``, with its paths already absolute) come from the checkpoint's own
     config, so a resumed run trains on the same data; a different one on the command line is ignored with a
-    warning, and so does a changed learning-rate schedule. Resuming into another run folder copies the
+    warning, and so does a changed learning-rate schedule; the other ``train.*`` and ``decode.*`` settings that
+    are not the checkpoint's (:func:`other_changes`) are named in one warning and apply. Resuming into another run folder copies the
     checkpoint's ``best.pt`` and ``step_N.pt`` along, and its run's ``metrics.jsonl`` records up to the
     checkpoint's step, so the final evaluation and averaging still see them. ``train.ema_decay`` stays the
     checkpoint's unless the command line's ``overrides`` set it (a resume by the run folder alone keeps averaging).
@@ -115,7 +141,7 @@ def resume_from(path, cfg, run_dir: Path, device, overrides=()):
     if before != now:
         log.warning("resuming %s: train.ema_decay was %s and is %s now: validation BLEU from here is of %s, but the "
                     "best BLEU so far (best.pt, the plateau schedule, early stopping) was measured on %s", path,
-                    before, now, "the raw weights" if now is None else "a moving average",
+                    _yaml(before), _yaml(now), "the raw weights" if now is None else "a moving average",
                     "the raw weights" if before is None else "the average")
     for key in FROM_CHECKPOINT:
         if changed := checkpoint.differences(ckpt_cfg.get(key), cfg.get(key), key):
@@ -128,12 +154,17 @@ def resume_from(path, cfg, run_dir: Path, device, overrides=()):
         log.warning("resuming %s: train.batch_tokens was %s and is %s now: the batches of the current epoch are cut "
                     "anew, so until it ends some of its pairs are seen twice and others not at all", path,
                     ckpt_cfg.train.get("batch_tokens"), cfg.train.get("batch_tokens"))
-    for key in SCHEDULE_KEYS.get(ckpt_cfg.train.get("lr_scheduler"), SCHEDULE_KEYS["budget"]):
+    schedule = SCHEDULE_KEYS.get(ckpt_cfg.train.get("lr_scheduler"), SCHEDULE_KEYS["budget"])
+    for key in schedule:
         before, now = ckpt_cfg.train.get(key), cfg.train.get(key)
         if before != now:
             log.warning("resuming %s: train.%s was %s when it was saved and is %s now; the learning-rate schedule "
                         "changes from here (repeat the original train.* settings to continue it unchanged)",
                         path, key, before, now)
+    if changed := other_changes(ckpt_cfg, cfg, skip=schedule):
+        log.warning("resuming %s: settings that are not the checkpoint's apply from here: %s (repeat the run's own "
+                    "on the command line to keep them)", path,
+                    "; ".join(f"{name} was {_yaml(before)} and is {_yaml(now)} now" for name, before, now in changed))
     source_dir, target_dir = Path(path).resolve().parent, (run_dir / "checkpoints").resolve()
     if source_dir != target_dir:  # resuming into a new folder: bring the best checkpoints along
         target_dir.mkdir(parents=True, exist_ok=True)

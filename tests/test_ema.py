@@ -135,7 +135,7 @@ def test_turning_the_average_on_or_off_at_a_resume_is_warned_and_restarts_its_wa
     with caplog.at_level("WARNING"):
         train(compose_cfg([*TINY, f"train.max_steps={N + 1}", "train.ema_decay=0.999",
                            f"train.resume={plain}/checkpoints/last.pt"]), on)
-    assert "train.ema_decay was None and is 0.999 now" in caplog.text
+    assert "train.ema_decay was null and is 0.999 now" in caplog.text
     state = torch.load(on / "checkpoints" / "last.pt", weights_only=True)
     assert state["ema_updates"] == 1
     d = 2 / 11  # d_1 = (1 + 1) / (10 + 1), not min(0.999, ...) at step N + 1
@@ -146,14 +146,14 @@ def test_turning_the_average_on_or_off_at_a_resume_is_warned_and_restarts_its_wa
     kept = tmp_path / "kept"  # resumed without naming the setting (hydra.run.dir=RUN alone): it keeps averaging
     with caplog.at_level("INFO"):
         train(compose_cfg([*TINY, f"train.max_steps={N + 2}", f"train.resume={on}/checkpoints/last.pt"]), kept)
-    assert "train.ema_decay=0.999 from the checkpoint" in caplog.text and "was 0.999 and is None" not in caplog.text
+    assert "train.ema_decay=0.999 from the checkpoint" in caplog.text and "was 0.999 and is null" not in caplog.text
     assert torch.load(kept / "checkpoints" / "last.pt", weights_only=True)["ema_updates"] == 2
     caplog.clear()
     off = tmp_path / "off"
     with caplog.at_level("WARNING"):
         train(compose_cfg([*TINY, f"train.max_steps={N + 2}", f"train.resume={on}/checkpoints/last.pt",
                            "train.ema_decay=null"]), off, overrides=["train.ema_decay=null"])
-    assert "train.ema_decay was 0.999 and is None now: validation BLEU from here is of the raw weights" in caplog.text
+    assert "train.ema_decay was 0.999 and is null now: validation BLEU from here is of the raw weights" in caplog.text
     assert "train_weights" not in torch.load(off / "checkpoints" / "last.pt", weights_only=True)
 
 

@@ -126,9 +126,13 @@ def test_a_resume_applies_a_changed_rate_and_keeps_the_seed(compose_cfg, tmp_pat
     train(compose_cfg([*TINY, f"train.max_steps={N}"]), first)
     caplog.set_level("INFO", logger="nmt")
     train(compose_cfg([*TINY, f"train.max_steps={2 * N}", "train.lr=0.0005", "train.lr_factor=0.3",
-                       "train.lr_patience=3", "seed=7",
+                       "train.lr_patience=3", "seed=7", "train.keep_best=3", "decode.beam_size=1",
                        f"train.resume={first}/checkpoints/last.pt"]), resumed)
     assert "train.lr was 0.001 when it was saved and is 0.0005 now" in caplog.text
+    # the other train.* and decode.* settings that changed are named once, in one warning (a resume by the run
+    # folder alone falls back to the defaults for them)
+    assert ("settings that are not the checkpoint's apply from here: train.keep_best was 5 and is 3 now; "
+            "decode.beam_size was 2 and is 1 now (repeat") in caplog.text
     assert "learning rate set to train.lr=0.0005 from here" in caplog.text
     assert "seed=1234 comes from the checkpoint (this run: 7)" in caplog.text
     payload = torch.load(resumed / "checkpoints" / "last.pt", weights_only=True)
@@ -148,6 +152,7 @@ def test_a_finished_run_resumed_trains_no_further_but_validates_an_unvalidated_e
     results = train(compose_cfg(cfg), run)  # the same folder: resumes from its last.pt
     assert results["steps"] == N and last_state(run)[1]["step"] == N
     assert f"nothing left to train at step {N}: max_steps={N} reached" in caplog.text
+    assert "apply from here" not in caplog.text  # the same settings: nothing to report
     assert [r["step"] for r in metrics(run)] == [N]  # no second validation of the same weights
     payload = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
     del payload["progress"]["validated_step"]  # a checkpoint from before the key existed: validated at its step
