@@ -124,6 +124,15 @@ BELOW_ONE = ("model.dropout", "model.source_word_dropout", "model.target_word_dr
              "train.lr_factor", "train.ema_decay")  # probabilities; factors that must shrink
 
 
+def _parses_as_number(text: str) -> bool:
+    """Whether ``text`` reads as a float (``"0.9"``, ``"1e-4"``)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def check_numbers(cfg) -> None:
     """Refuse a numeric setting of ``NUMERIC_SETTINGS`` that is not a number (``train.max_minutes=one``, nan), not
     a whole number where one is needed (``1e5`` is one), or below its smallest value, before any corpus or
@@ -144,7 +153,9 @@ def check_numbers(cfg) -> None:
             value = int(value)  # 1e5 on the command line
         if (isinstance(value, bool) or not isinstance(value, int if whole else (int, float))
                 or (isinstance(value, float) and math.isnan(value))):
-            raise ValueError(f"{key}={value} must be {kind}{' (or null)' if nullable else ''}")
+            quoted = isinstance(value, str) and _parses_as_number(value)  # train.lr="'0.001'": a string
+            shown, hint = (repr(value), "; quoted, it is text: give it without the quotes") if quoted else (value, "")
+            raise ValueError(f"{key}={shown} must be {kind}{' (or null)' if nullable else ''}{hint}")
         extra = (" (or null: no limit)" if key in LIMITS else "") + HINTS.get(key, "")
         if key in POSITIVE and value <= 0:  # before the lower bound: -3 is refused as 0 is, "must be above 0"
             raise ValueError(f"{key}={value} must be above 0{extra}")
