@@ -72,8 +72,8 @@ def moving_average(t, model, payload: dict | None) -> ExponentialMovingAverage |
 
 FROM_CHECKPOINT = ("model", "attention", "decoder", "tokenizer", "data")  # what a resumed run cannot change
 
-# train.* keys whose change at a resume has a warning of its own, or is how a run is extended (the budget)
-REPORTED_ELSEWHERE = ("resume", "ema_decay", "batch_tokens", "max_steps", "max_minutes", "max_epochs")
+REPORTED_ELSEWHERE = ("resume", "ema_decay", "batch_tokens")  # train.* keys with a resume warning of their own
+BUDGET_KEYS = ("max_steps", "max_minutes", "max_epochs")  # what a resume changes to extend a run: logged as info
 
 
 def other_changes(ckpt_cfg, cfg, skip=()) -> list[tuple[str, object, object]]:
@@ -160,8 +160,13 @@ def resume_from(path, cfg, run_dir: Path, device, overrides=()):
         if before != now:
             log.warning("resuming %s: train.%s was %s when it was saved and is %s now; the learning-rate schedule "
                         "changes from here (repeat the original train.* settings to continue it unchanged)",
-                        path, key, before, now)
-    if changed := other_changes(ckpt_cfg, cfg, skip=schedule):
+                        path, key, _yaml(before), _yaml(now))
+    budget = [(key, ckpt_cfg.train.get(key), cfg.train.get(key)) for key in BUDGET_KEYS if key not in schedule]
+    if budget := [(key, before, now) for key, before, now in budget if before != now]:  # e.g. extending the run
+        log.info("resuming %s: the budget is %s", path, ", ".join(f"train.{key}={_yaml(now)} (it was {_yaml(before)})"
+                                                                  for key, before, now in budget))
+    every_schedule_key = {key for keys in SCHEDULE_KEYS.values() for key in keys}  # another schedule's: no effect
+    if changed := other_changes(ckpt_cfg, cfg, skip=(*every_schedule_key, *BUDGET_KEYS)):
         log.warning("resuming %s: settings that are not the checkpoint's apply from here: %s (repeat the run's own "
                     "on the command line to keep them)", path,
                     "; ".join(f"{name} was {_yaml(before)} and is {_yaml(now)} now" for name, before, now in changed))

@@ -125,12 +125,11 @@ BELOW_ONE = ("model.dropout", "model.source_word_dropout", "model.target_word_dr
 
 
 def _parses_as_number(text: str) -> bool:
-    """Whether ``text`` reads as a float (``"0.9"``, ``"1e-4"``)."""
+    """Whether ``text`` reads as a finite float (``"0.9"``, ``"1e-4"``; not ``"nan"``)."""
     try:
-        float(text)
+        return math.isfinite(float(text))
     except ValueError:
         return False
-    return True
 
 
 def check_numbers(cfg) -> None:
@@ -154,7 +153,8 @@ def check_numbers(cfg) -> None:
         if (isinstance(value, bool) or not isinstance(value, int if whole else (int, float))
                 or (isinstance(value, float) and math.isnan(value))):
             quoted = isinstance(value, str) and _parses_as_number(value)  # train.lr="'0.001'": a string
-            shown, hint = (repr(value), "; quoted, it is text: give it without the quotes") if quoted else (value, "")
+            shown, hint = (repr(value), ("; it is text: give it without quotes (or wrap an ${oc.env:...} in "
+                                        "${oc.decode:...})")) if quoted else (value, "")
             raise ValueError(f"{key}={shown} must be {kind}{' (or null)' if nullable else ''}{hint}")
         extra = (" (or null: no limit)" if key in LIMITS else "") + HINTS.get(key, "")
         if key in POSITIVE and value <= 0:  # before the lower bound: -3 is refused as 0 is, "must be above 0"

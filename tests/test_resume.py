@@ -133,6 +133,7 @@ def test_a_resume_applies_a_changed_rate_and_keeps_the_seed(compose_cfg, tmp_pat
     # folder alone falls back to the defaults for them)
     assert ("settings that are not the checkpoint's apply from here: train.keep_best was 5 and is 3 now; "
             "decode.beam_size was 2 and is 1 now (repeat") in caplog.text
+    assert f"the budget is train.max_steps={2 * N} (it was {N})" in caplog.text  # the plateau schedule ignores it
     assert "learning rate set to train.lr=0.0005 from here" in caplog.text
     assert "seed=1234 comes from the checkpoint (this run: 7)" in caplog.text
     payload = torch.load(resumed / "checkpoints" / "last.pt", weights_only=True)

@@ -152,7 +152,8 @@ def test_stopping_before_the_budget_ends_and_a_changed_budget_on_resume_are_repo
     ("train.clip=0", "train.clip=0 must be above 0"),
     ("train.lr=nan", "train.lr=nan must be a number"),
     ("train.ema_decay='0.9'",  # it used to say "0.9 must be a number"
-     "train.ema_decay='0.9' must be a number (or null); quoted, it is text: give it without the quotes"),
+     ("train.ema_decay='0.9' must be a number (or null); it is text: give it without quotes (or wrap an "
+     "${oc.env:...} in ${oc.decode:...})")),
     ("train.lr_factor=1.5", "train.lr_factor=1.5 must be below 1"),
     ("eval.plots=abc", "eval.plots=abc must be a whole number (or null)"),
     ("data.max_len=abc", "data.max_len=abc must be a whole number"),
