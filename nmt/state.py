@@ -155,12 +155,10 @@ def resume_from(path, cfg, run_dir: Path, device, overrides=()):
                     "anew, so until it ends some of its pairs are seen twice and others not at all", path,
                     ckpt_cfg.train.get("batch_tokens"), cfg.train.get("batch_tokens"))
     schedule = SCHEDULE_KEYS.get(ckpt_cfg.train.get("lr_scheduler"), SCHEDULE_KEYS["budget"])
-    for key in schedule:
-        before, now = ckpt_cfg.train.get(key), cfg.train.get(key)
-        if before != now:
-            log.warning("resuming %s: train.%s was %s when it was saved and is %s now; the learning-rate schedule "
-                        "changes from here (repeat the original train.* settings to continue it unchanged)",
-                        path, key, _yaml(before), _yaml(now))
+    if moved := [f"train.{key} was {_yaml(ckpt_cfg.train.get(key))} when it was saved and is {_yaml(cfg.train.get(key))} "
+                 "now" for key in schedule if ckpt_cfg.train.get(key) != cfg.train.get(key)]:
+        log.warning("resuming %s: %s; the learning-rate schedule changes from here (repeat the original train.* "
+                    "settings to continue it unchanged)", path, "; ".join(moved))
     budget = [(key, ckpt_cfg.train.get(key), cfg.train.get(key)) for key in BUDGET_KEYS if key not in schedule]
     if budget := [(key, before, now) for key, before, now in budget if before != now]:  # e.g. extending the run
         log.info("resuming %s: the budget is %s", path, ", ".join(f"train.{key}={_yaml(now)} (it was {_yaml(before)})"

@@ -133,7 +133,8 @@ def _parses_as_number(text: str) -> bool:
 
 
 def check_numbers(cfg) -> None:
-    """Refuse a numeric setting of ``NUMERIC_SETTINGS`` that is not a number (``train.max_minutes=one``, nan), not
+    """Refuse a numeric setting of ``NUMERIC_SETTINGS`` that is not a finite number (``train.max_minutes=one``,
+    nan, inf: ``train.lr=inf`` trained on NaN for the whole budget), not
     a whole number where one is needed (``1e5`` is one), or below its smallest value, before any corpus or
     SentencePiece work. Keys missing from ``cfg`` are skipped. ``POSITIVE`` keys must be above 0, ``BELOW_ONE``
     keys below 1.
@@ -150,12 +151,14 @@ def check_numbers(cfg) -> None:
         kind = "a whole number" if whole else "a number"
         if whole and isinstance(value, float) and value.is_integer():
             value = int(value)  # 1e5 on the command line
-        if (isinstance(value, bool) or not isinstance(value, int if whole else (int, float))
-                or (isinstance(value, float) and math.isnan(value))):
+        if isinstance(value, float) and not whole and not math.isfinite(value):  # nan, inf: would train on NaN
+            either = " (or null: no limit)" if key in LIMITS else " (or null)" if nullable else ""
+            raise ValueError(f"{key}={value} must be a finite number{either}")
+        if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)):
             quoted = isinstance(value, str) and _parses_as_number(value)  # train.lr="'0.001'": a string
             shown, hint = (repr(value), ("; it is text: give it without quotes (or wrap an ${oc.env:...} in "
                                         "${oc.decode:...})")) if quoted else (value, "")
-            raise ValueError(f"{key}={shown} must be {kind}{' (or null)' if nullable else ''}{hint}")
+            raise ValueError(f"{key}={shown} must be {kind}{' (or null)' if nullable else ''}{hint}")  # noqa: TRY004 (a setting)
         extra = (" (or null: no limit)" if key in LIMITS else "") + HINTS.get(key, "")
         if key in POSITIVE and value <= 0:  # before the lower bound: -3 is refused as 0 is, "must be above 0"
             raise ValueError(f"{key}={value} must be above 0{extra}")

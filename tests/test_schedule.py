@@ -150,7 +150,9 @@ def test_stopping_before_the_budget_ends_and_a_changed_budget_on_resume_are_repo
     ("model.source_word_dropout=1", "model.source_word_dropout=1 must be below 1"),
     ("model.target_word_dropout=-0.1", "model.target_word_dropout=-0.1 must be a number >= 0.0"),
     ("train.clip=0", "train.clip=0 must be above 0"),
-    ("train.lr=nan", "train.lr=nan must be a number"),
+    ("train.lr=nan", "train.lr=nan must be a finite number"),
+    ("train.lr=inf", "train.lr=inf must be a finite number"),  # it used to train on NaN for the whole budget
+    ("train.max_minutes=inf", "train.max_minutes=inf must be a finite number (or null: no limit)"),
     ("train.ema_decay='0.9'",  # it used to say "0.9 must be a number"
      ("train.ema_decay='0.9' must be a number (or null); it is text: give it without quotes (or wrap an "
      "${oc.env:...} in ${oc.decode:...})")),
