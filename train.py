@@ -49,7 +49,7 @@ def main(cfg: DictConfig) -> float:
     absolute_paths(cfg, TRAIN_PATHS)
     try:
         metrics = train(cfg, HydraConfig.get().runtime.output_dir, list(HydraConfig.get().overrides.task))
-    except (FileNotFoundError, CheckpointError, DataError, TextFileError, ValueError) as err:
+    except (FileNotFoundError, CheckpointError, DataError, TextFileError, ValueError, FloatingPointError) as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":  # the traceback, for debugging
             raise
         hydra_cfg = HydraConfig.get()

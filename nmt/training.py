@@ -294,13 +294,22 @@ def stop_on_signals():
 
 def train_step(model, optimizer, batch, t) -> tuple[float, int]:
     """One update: teacher-forced loss (label-smoothed, per target token), backward, clipping, Adam.
-    Returns the summed loss (nats) and the number of target tokens."""
+    Returns the summed loss (nats) and the number of target tokens.
+
+    Raises:
+        FloatingPointError: for a gradient norm (or loss) that is nan or inf (training diverged: a learning rate
+            too high); this update is not applied (clipping would have spread the nan/inf into every weight).
+    """
     logits, _ = model(batch.src, batch.src_mask, batch.tgt_in)
     ntok = batch.num_tgt_tokens
     loss = loss_fn(logits, batch.tgt_out, t.label_smoothing)
     optimizer.zero_grad(set_to_none=True)
     (loss / ntok).backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip)
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip)
+    if not torch.isfinite(norm):
+        raise FloatingPointError(f"training diverged: gradient norm {float(norm)}, loss {float(loss.detach()) / ntok:.4g} "
+                                 f"nats per target token; this update was not applied. Train again, or resume "
+                                 f"from a checkpoint, with a lower train.lr (now {optimizer.param_groups[0]['lr']:g})")
     optimizer.step()
     return float(loss.detach()), ntok
 
@@ -372,7 +381,10 @@ def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid
                                          seed=cfg.seed + progress.epoch, skip=progress.batch_in_epoch):
                 if isinstance(scheduler, BudgetDecay):
                     scheduler.update(progress.step, time.monotonic() - start)
-                loss, ntok = train_step(model, optimizer, batch.to(device), t)
+                try:
+                    loss, ntok = train_step(model, optimizer, batch.to(device), t)
+                except FloatingPointError as err:
+                    raise FloatingPointError(f"step {progress.step + 1}: {err}") from None
                 progress.step += 1
                 if ema is not None:
                     ema.update()

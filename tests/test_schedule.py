@@ -168,3 +168,15 @@ def test_settings_that_are_not_numbers_are_refused_before_any_work(compose_cfg, 
     assert not (tmp_path / "spm").exists()
     check_numbers(compose_cfg([*TINY, "train.max_minutes=null", "train.patience=null", "model.dropout=0",
                                "train.max_steps=1e5"]))  # 1e5 is a whole number
+
+
+def test_a_diverging_run_stops_at_the_first_non_finite_gradient(compose_cfg, tmp_path):
+    """A learning rate far too high (finite, so allowed) makes the loss overflow within a few steps: the run stops
+    with one error naming the step and train.lr; it used to go on training NaN weights for its whole budget."""
+    run = tmp_path / "run"
+    with pytest.raises(FloatingPointError, match=r"step (\d+): training diverged: gradient norm (nan|inf), .* lower "
+                                                 r"train\.lr \(now 1e\+38\)") as caught:
+        train(compose_cfg([*TINY, "train.max_steps=60", "train.valid_every=1", "train.lr=1e38"]), run)
+    step = int(re.match(r"step (\d+)", str(caught.value)).group(1))
+    assert step < 60
+    assert max(json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()) == step - 1
