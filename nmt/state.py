@@ -104,10 +104,10 @@ def resume_from(path, cfg, run_dir: Path, device, overrides=()):
 
     The architecture and the corpus (``data``, with its paths already absolute) come from the checkpoint's own
     config, so a resumed run trains on the same data; a different one on the command line is ignored with a
-    warning, and so does a changed learning-rate schedule; the other ``train.*`` and ``decode.*`` settings that
-    are not the checkpoint's (:func:`other_changes`) are named in one warning and apply. Resuming into another run folder copies the
-    checkpoint's ``best.pt`` and ``step_N.pt`` along, and its run's ``metrics.jsonl`` records up to the
-    checkpoint's step, so the final evaluation and averaging still see them. ``train.ema_decay`` stays the
+    warning, and so does a changed learning-rate schedule; the other ``train.*`` and ``decode.*`` settings that are
+    not the checkpoint's (:func:`other_changes`) are named in one warning and apply. Resuming into another run
+    folder copies the checkpoint's ``best.pt`` and ``step_N.pt`` along, and its run's ``metrics.jsonl`` records up
+    to the checkpoint's step, so the final evaluation and averaging still see them. ``train.ema_decay`` stays the
     checkpoint's unless the command line's ``overrides`` set it (a resume by the run folder alone keeps averaging).
     Returns ``(model, src_tok, tgt_tok, payload, cfg)``: ``cfg`` is the command line's config with those groups
     (``FROM_CHECKPOINT``) taken from the checkpoint, so the checkpoints, logs and scores of the resumed run
@@ -155,8 +155,10 @@ def resume_from(path, cfg, run_dir: Path, device, overrides=()):
                     "anew, so until it ends some of its pairs are seen twice and others not at all", path,
                     ckpt_cfg.train.get("batch_tokens"), cfg.train.get("batch_tokens"))
     schedule = SCHEDULE_KEYS.get(ckpt_cfg.train.get("lr_scheduler"), SCHEDULE_KEYS["budget"])
-    if moved := [f"train.{key} was {_yaml(ckpt_cfg.train.get(key))} when it was saved and is {_yaml(cfg.train.get(key))} "
-                 "now" for key in schedule if ckpt_cfg.train.get(key) != cfg.train.get(key)]:
+    moved = [(key, ckpt_cfg.train.get(key), cfg.train.get(key)) for key in schedule]
+    moved = [f"train.{key} was {_yaml(old)} when it was saved and is {_yaml(new)} now" for key, old, new in moved
+             if old != new]
+    if moved:
         log.warning("resuming %s: %s; the learning-rate schedule changes from here (repeat the original train.* "
                     "settings to continue it unchanged)", path, "; ".join(moved))
     budget = [(key, ckpt_cfg.train.get(key), cfg.train.get(key)) for key in BUDGET_KEYS if key not in schedule]

@@ -134,10 +134,9 @@ def _parses_as_number(text: str) -> bool:
 
 def check_numbers(cfg) -> None:
     """Refuse a numeric setting of ``NUMERIC_SETTINGS`` that is not a finite number (``train.max_minutes=one``,
-    nan, inf: ``train.lr=inf`` trained on NaN for the whole budget), not
-    a whole number where one is needed (``1e5`` is one), or below its smallest value, before any corpus or
-    SentencePiece work. Keys missing from ``cfg`` are skipped. ``POSITIVE`` keys must be above 0, ``BELOW_ONE``
-    keys below 1.
+    nan, inf: ``train.lr=inf`` trained on NaN for the whole budget), not a whole number where one is needed
+    (``1e5`` is one), or below its smallest value, before any corpus or SentencePiece work. Keys missing from
+    ``cfg`` are skipped. ``POSITIVE`` keys must be above 0, ``BELOW_ONE`` keys below 1.
 
     Raises:
         ValueError: naming the key, the value given and what it takes.
@@ -158,7 +157,8 @@ def check_numbers(cfg) -> None:
             quoted = isinstance(value, str) and _parses_as_number(value)  # train.lr="'0.001'": a string
             shown, hint = (repr(value), ("; it is text: give it without quotes (or wrap an ${oc.env:...} in "
                                         "${oc.decode:...})")) if quoted else (value, "")
-            raise ValueError(f"{key}={shown} must be {kind}{' (or null)' if nullable else ''}{hint}")  # noqa: TRY004 (a setting)
+            either = " (or null)" if nullable else ""
+            raise ValueError(f"{key}={shown} must be {kind}{either}{hint}")  # noqa: TRY004 (a setting, not a type)
         extra = (" (or null: no limit)" if key in LIMITS else "") + HINTS.get(key, "")
         if key in POSITIVE and value <= 0:  # before the lower bound: -3 is refused as 0 is, "must be above 0"
             raise ValueError(f"{key}={value} must be above 0{extra}")
@@ -187,6 +187,7 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = ()) -> dict:
         nmt.data.DataError: a corpus or ``data.extra_train`` entry that cannot be read as configured.
         nmt.checkpoint.CheckpointError: a checkpoint to resume from that is unreadable or of another model.
         FileNotFoundError, nmt.textio.TextFileError: a corpus file that is missing or not UTF-8 text.
+        FloatingPointError: training diverged (a nan or inf gradient, see :func:`train_step`); names the step.
     """
     run_dir = Path(run_dir)
     check_numbers(cfg)  # before the corpus and tokenizers: a bad setting fails at once
@@ -307,9 +308,10 @@ def train_step(model, optimizer, batch, t) -> tuple[float, int]:
     (loss / ntok).backward()
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip)
     if not torch.isfinite(norm):
-        raise FloatingPointError(f"training diverged: gradient norm {float(norm)}, loss {float(loss.detach()) / ntok:.4g} "
-                                 f"nats per target token; this update was not applied. Train again, or resume "
-                                 f"from a checkpoint, with a lower train.lr (now {optimizer.param_groups[0]['lr']:g})")
+        raise FloatingPointError(f"training diverged: gradient norm {float(norm)}, loss "
+                                 f"{float(loss.detach()) / ntok:.4g} nats per target token; this update was not "
+                                 f"applied. Train again, or resume from a checkpoint, with a lower train.lr (now "
+                                 f"{optimizer.param_groups[0]['lr']:g})")
     optimizer.step()
     return float(loss.detach()), ntok
 
