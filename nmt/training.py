@@ -119,6 +119,7 @@ NUMERIC_SETTINGS = {
 POSITIVE = ("train.lr", "train.clip", "train.lr_factor", "train.max_minutes")  # 0 would silently train nothing
 # (clip 0 zeroes gradients); a limit of 0 would silently mean none (the stop test reads 0 as unset)
 LIMITS = ("train.max_steps", "train.max_epochs", "train.max_minutes")
+MAY_BE_INF = ("train.clip",)  # clip=inf: no clipping; any other nan or inf trains on NaN
 HINTS = {"train.ema_decay": f" (or null: no average): {DECAY_MEANING}"}
 BELOW_ONE = ("model.dropout", "model.source_word_dropout", "model.target_word_dropout", "train.label_smoothing",
              "train.lr_factor", "train.ema_decay")  # probabilities; factors that must shrink
@@ -150,7 +151,8 @@ def check_numbers(cfg) -> None:
         kind = "a whole number" if whole else "a number"
         if whole and isinstance(value, float) and value.is_integer():
             value = int(value)  # 1e5 on the command line
-        if isinstance(value, float) and not whole and not math.isfinite(value):  # nan, inf: would train on NaN
+        infinite_allowed = key in MAY_BE_INF and value == math.inf
+        if isinstance(value, float) and not whole and not math.isfinite(value) and not infinite_allowed:
             either = " (or null: no limit)" if key in LIMITS else " (or null)" if nullable else ""
             raise ValueError(f"{key}={value} must be a finite number{either}")
         if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)):
@@ -310,8 +312,8 @@ def train_step(model, optimizer, batch, t) -> tuple[float, int]:
     if not torch.isfinite(norm):
         raise FloatingPointError(f"training diverged: gradient norm {float(norm)}, loss "
                                  f"{float(loss.detach()) / ntok:.4g} nats per target token; this update was not "
-                                 f"applied. Train again, or resume from a checkpoint, with a lower train.lr (now "
-                                 f"{optimizer.param_groups[0]['lr']:g})")
+                                 f"applied. Train again, or resume from a checkpoint, with a lower train.lr (it is "
+                                 f"{t.lr:g}; the rate at this step was {optimizer.param_groups[0]['lr']:g})")
     optimizer.step()
     return float(loss.detach()), ntok
 
@@ -386,6 +388,7 @@ def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid
                 try:
                     loss, ntok = train_step(model, optimizer, batch.to(device), t)
                 except FloatingPointError as err:
+                    meter.bar.close()  # on a terminal, the error line would land on the progress bar's
                     raise FloatingPointError(f"step {progress.step + 1}: {err}") from None
                 progress.step += 1
                 if ema is not None:

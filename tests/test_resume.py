@@ -129,6 +129,8 @@ def test_a_resume_applies_a_changed_rate_and_keeps_the_seed(compose_cfg, tmp_pat
                        "train.lr_patience=3", "seed=7", "train.keep_best=3", "decode.beam_size=1",
                        f"train.resume={first}/checkpoints/last.pt"]), resumed)
     assert "train.lr was 0.001 when it was saved and is 0.0005 now" in caplog.text
+    schedule_warnings = [r.getMessage() for r in caplog.records if "schedule changes from here" in r.getMessage()]
+    assert len(schedule_warnings) == 1 and "train.lr_factor was 0.5" in schedule_warnings[0]  # one line, not three
     # the other train.* and decode.* settings that changed are named once, in one warning (a resume by the run
     # folder alone falls back to the defaults for them)
     assert ("settings that are not the checkpoint's apply from here: train.keep_best was 5 and is 3 now; "

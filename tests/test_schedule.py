@@ -152,6 +152,7 @@ def test_stopping_before_the_budget_ends_and_a_changed_budget_on_resume_are_repo
     ("train.clip=0", "train.clip=0 must be above 0"),
     ("train.lr=nan", "train.lr=nan must be a finite number"),
     ("train.lr=inf", "train.lr=inf must be a finite number"),  # it used to train on NaN for the whole budget
+    ("train.clip=nan", "train.clip=nan must be a finite number"),  # inf is allowed: no clipping
     ("train.max_minutes=inf", "train.max_minutes=inf must be a finite number (or null: no limit)"),
     ("train.ema_decay='0.9'",  # it used to say "0.9 must be a number"
      ("train.ema_decay='0.9' must be a number (or null); it is text: give it without quotes (or wrap an "
@@ -167,7 +168,7 @@ def test_settings_that_are_not_numbers_are_refused_before_any_work(compose_cfg, 
         train(compose_cfg([*TINY, override]), tmp_path)
     assert not (tmp_path / "spm").exists()
     check_numbers(compose_cfg([*TINY, "train.max_minutes=null", "train.patience=null", "model.dropout=0",
-                               "train.max_steps=1e5"]))  # 1e5 is a whole number
+                               "train.max_steps=1e5", "train.clip=inf"]))  # 1e5 is a whole number; inf: no clipping
 
 
 def test_a_diverging_run_stops_at_the_first_non_finite_gradient(compose_cfg, tmp_path):
@@ -175,7 +176,7 @@ def test_a_diverging_run_stops_at_the_first_non_finite_gradient(compose_cfg, tmp
     with one error naming the step and train.lr; it used to go on training NaN weights for its whole budget."""
     run = tmp_path / "run"
     with pytest.raises(FloatingPointError, match=r"step (\d+): training diverged: gradient norm (nan|inf), .* lower "
-                                                 r"train\.lr \(now 1e\+38\)") as caught:
+                                                 r"train\.lr \(it is 1e\+38; the rate") as caught:
         train(compose_cfg([*TINY, "train.max_steps=60", "train.valid_every=1", "train.lr=1e38"]), run)
     step = int(re.match(r"step (\d+)", str(caught.value)).group(1))
     assert step < 60
