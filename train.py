@@ -43,10 +43,10 @@ def main(cfg: DictConfig) -> float:
     """Run one training job in Hydra's output directory; returns the best validation BLEU (for sweeps).
 
     A bad setting or file (missing corpus, unusable checkpoint, invalid value) or a diverged training (a nan
-    gradient) ends the run with one ``error:``
-    line and exit status 1 (and removes Hydra's files from the run folder when nothing else is in it); a run
-    stopped by SIGINT/SIGTERM (after saving ``last.pt``) exits with 130/143, so a script or scheduler can tell it
-    from a finished one. ``HYDRA_FULL_ERROR=1`` shows the traceback instead."""
+    gradient) ends the run with one ``error:`` line and exit status 1 (and removes Hydra's files from the run
+    folder when nothing else is in it); a run stopped by SIGINT/SIGTERM (after saving ``last.pt``) exits with
+    130/143, so a script or scheduler can tell it from a finished one. ``HYDRA_FULL_ERROR=1`` shows the traceback
+    instead."""
     absolute_paths(cfg, TRAIN_PATHS)
     try:
         metrics = train(cfg, HydraConfig.get().runtime.output_dir, list(HydraConfig.get().overrides.task))

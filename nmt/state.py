@@ -91,6 +91,11 @@ def other_changes(ckpt_cfg, cfg, skip=()) -> list[tuple[str, object, object]]:
     return changed
 
 
+def _changed(before, now, keys) -> list[tuple[str, object, object]]:
+    """``(key, before[key], now[key])`` for each of ``keys`` whose value differs between two config nodes."""
+    return [(key, before.get(key), now.get(key)) for key in keys if before.get(key) != now.get(key)]
+
+
 def _yaml(value) -> str:
     """A setting as it is written on the command line: ``null``, ``true``, ``0.5``."""
     if value is None:
@@ -155,16 +160,14 @@ def resume_from(path, cfg, run_dir: Path, device, overrides=()):
                     "anew, so until it ends some of its pairs are seen twice and others not at all", path,
                     ckpt_cfg.train.get("batch_tokens"), cfg.train.get("batch_tokens"))
     schedule = SCHEDULE_KEYS.get(ckpt_cfg.train.get("lr_scheduler"), SCHEDULE_KEYS["budget"])
-    moved = [(key, ckpt_cfg.train.get(key), cfg.train.get(key)) for key in schedule]
-    moved = [f"train.{key} was {_yaml(old)} when it was saved and is {_yaml(new)} now" for key, old, new in moved
-             if old != new]
-    if moved:
+    if moved := _changed(ckpt_cfg.train, cfg.train, schedule):
         log.warning("resuming %s: %s; the learning-rate schedule changes from here (repeat the original train.* "
-                    "settings to continue it unchanged)", path, "; ".join(moved))
-    budget = [(key, ckpt_cfg.train.get(key), cfg.train.get(key)) for key in BUDGET_KEYS if key not in schedule]
-    if budget := [(key, before, now) for key, before, now in budget if before != now]:  # e.g. extending the run
+                    "settings to continue it unchanged)", path,
+                    "; ".join(f"train.{key} was {_yaml(before)} when it was saved and is {_yaml(now)} now"
+                              for key, before, now in moved))
+    if budget := _changed(ckpt_cfg.train, cfg.train, [key for key in BUDGET_KEYS if key not in schedule]):
         log.info("resuming %s: the budget is %s", path, ", ".join(f"train.{key}={_yaml(now)} (it was {_yaml(before)})"
-                                                                  for key, before, now in budget))
+                                                                  for key, before, now in budget))  # extending it
     every_schedule_key = {key for keys in SCHEDULE_KEYS.values() for key in keys}  # another schedule's: no effect
     if changed := other_changes(ckpt_cfg, cfg, skip=(*every_schedule_key, *BUDGET_KEYS)):
         log.warning("resuming %s: settings that are not the checkpoint's apply from here: %s (repeat the run's own "
