@@ -14,6 +14,7 @@ from nmt.evaluate import (
     at_length_limit,
     check_decoding,
     check_npz_path,
+    mbr_settings,
     nbest_lines,
     save_alignments,
     score,
@@ -75,9 +76,12 @@ def run(cfg: DictConfig) -> None:
     atomic_write(cfg.output, "".join(t.text + "\n" for t in results))
     if cfg.nbest:
         atomic_write(cfg.nbest, nbest_lines(nbest))
-    log.info("translated %d lines (%d empty) in %.1f s (%.1f sentences/s; %s loaded in %.1f s), beam size %d: %s",
+    mbr = mbr_settings(cfg.decode, beam_size)
+    log.info("translated %d lines (%d empty) in %.1f s (%.1f sentences/s; %s loaded in %.1f s), beam size %d%s: %s",
              len(results), sum(not t.src_pieces for t in results), seconds, len(results) / max(seconds, 1e-9),
-             path, loading, beam_size, "stdout" if cfg.output == "-" else cfg.output)
+             path, loading, beam_size,
+             f" with MBR ({mbr['mbr']}, temperature {mbr['mbr_temperature']})" if mbr["mbr"] else "",
+             "stdout" if cfg.output == "-" else cfg.output)
     if cut := [i + 1 for i, t in enumerate(results) if at_length_limit(t, cfg.decode)]:
         log.warning("%d line(s) stopped at the output length limit (decode.max_len_a * source length + "
                     "decode.max_len_b) and may be cut short: lines %s%s", len(cut), ", ".join(map(str, cut[:10])),

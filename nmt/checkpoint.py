@@ -253,7 +253,7 @@ def load_payload(path: str | Path, map_location: str | torch.device = "cpu") -> 
 # checkpoint without them gets them on loading, so resuming or averaging it compares like with like.
 ADDED_SETTINGS = {("decoder", "input_feeding"): True,
                   ("model", "source_word_dropout"): 0.0, ("model", "target_word_dropout"): 0.0,
-                  ("decode", "coverage_penalty"): 0.0}
+                  ("decode", "coverage_penalty"): 0.0, ("decode", "mbr"): None, ("decode", "mbr_temperature"): 1.0}
 
 
 def run_model(path: str | Path) -> Path:

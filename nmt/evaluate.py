@@ -10,11 +10,11 @@ hard alignments, Pharaoh ``i-j``). An empty or whitespace-only input line gives 
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import logging
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +23,7 @@ import torch
 
 from nmt.alignment import pharaoh_line
 from nmt.data import collate
+from nmt.mbr import UTILITIES, SentenceBleu, expected_utility
 from nmt.search import beam, greedy, max_lengths
 from nmt.textio import atomic_write
 from nmt.tokenizer import Tokenizer
@@ -30,11 +31,12 @@ from nmt.tokenizer import Tokenizer
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclasses.dataclass
 class Translation:
     """One translated line: text (detokenized), source/hypothesis pieces (with ``</s>``), alignment
-    ``[len(hyp_pieces), len(src_pieces)]`` float32, the model score (log-prob / length penalty + coverage penalty) and the
-    log-probability (nats, summed over the hypothesis pieces)."""
+    ``[len(hyp_pieces), len(src_pieces)]`` float32, the model score (log-prob / length penalty + coverage penalty), the
+    log-probability (nats, summed over the hypothesis pieces) and, with MBR decoding (``decode.mbr``), the expected
+    utility that ranked it (:func:`nmt.mbr.expected_utility`, 0-100; None otherwise)."""
 
     text: str
     src_pieces: list[str]
@@ -42,6 +44,7 @@ class Translation:
     alignment: np.ndarray
     score: float
     log_prob: float = 0.0
+    expected_utility: float | None = None
 
 
 EMPTY = Translation("", [], [], np.zeros((0, 0), dtype=np.float32), 0.0)
@@ -76,8 +79,9 @@ def check_decoding(beam_size, n_best: int = 1, key: str = "decode.beam_size", de
     >= 1, ``n_best`` a whole number in ``[1, beam_size]`` (a beam of K keeps K hypotheses) and, when the ``decode``
     node is given, ``batch_size`` a whole number >= 1, ``max_src_len`` a whole number >= 2 (a subword and
     ``</s>``), ``length_penalty``, ``coverage_penalty`` (when present: configurations saved before it existed lack
-    it) and ``max_len_a`` numbers >= 0, and ``max_len_b`` a number with ``2 * max_len_a + max_len_b >= 2`` (the
-    shortest source, a subword and ``</s>``, leaves room for a subword and ``</s>``).
+    it) and ``max_len_a`` numbers >= 0, ``max_len_b`` a number with ``2 * max_len_a + max_len_b >= 2`` (the
+    shortest source, a subword and ``</s>``, leaves room for a subword and ``</s>``), ``mbr`` null or a utility of
+    :mod:`nmt.mbr` and ``mbr_temperature`` a number > 0 (infinity allowed) when present.
 
     Raises:
         ValueError: naming the first setting that is out of range.
@@ -101,6 +105,14 @@ def check_decoding(beam_size, n_best: int = 1, key: str = "decode.beam_size", de
         value = decode.get(name)
         if not kind(value) or (least is not None and value < least):
             raise ValueError(f"decode.{name}={value} must be {what}")
+    mbr = decode.get("mbr")  # absent from the configs of runs before it existed: off
+    if mbr is not None and mbr not in UTILITIES:
+        raise ValueError(f"decode.mbr={mbr} must be null (off) or {' or '.join(UTILITIES)} (the utility of "
+                         "minimum Bayes risk decoding)")
+    temperature = decode.get("mbr_temperature", 1.0)
+    if not (isinstance(temperature, (int, float)) and not isinstance(temperature, bool)) or not temperature > 0:
+        raise ValueError(f"decode.mbr_temperature={temperature} must be a number > 0 (1 = the model's distribution "
+                         "over the n-best list; inf = uniform weights)")
     if 2 * decode.max_len_a + decode.max_len_b < 2:  # the shortest source is one subword and </s>
         raise ValueError(f"decode.max_len_a={decode.max_len_a} with decode.max_len_b={decode.max_len_b} leaves no "
                          "room for a translation: max_len_a * source length + max_len_b (which counts </s>) must "
@@ -111,7 +123,10 @@ def translate_nbest(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sentences: li
                     device: str | torch.device = "cpu", beam_size: int | None = None,
                     n_best: int = 1) -> list[list[Translation]]:
     """As :func:`translate`, but the ``n_best`` best hypotheses of each line, best first (each with its own
-    alignment and scores). An empty input line (also one of only spaces or of characters that SentencePiece's
+    alignment and scores). With ``decode.mbr`` (minimum Bayes risk decoding, :mod:`nmt.mbr`) the beam's
+    ``beam size`` hypotheses are ranked by their expected utility against each other instead of by the model
+    score, and the first ``n_best`` of that ranking are returned (greedy search has one hypothesis: MBR changes
+    nothing). An empty input line (also one of only spaces or of characters that SentencePiece's
     normalization removes, such as U+200B or U+FEFF) gets one empty translation.
 
     Raises:
@@ -134,6 +149,9 @@ def translate_nbest(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sentences: li
             ids[k] = ids[k][: decode.max_src_len - 1] + ids[k][-1:]
     order = sorted(range(len(todo)), key=lambda k: len(ids[k]))
     coverage = decode.get("coverage_penalty", 0.0)  # absent from the configs of runs before it existed
+    mbr, temperature = decode.get("mbr"), decode.get("mbr_temperature", 1.0)
+    utility = SentenceBleu() if mbr else None
+    candidates = beam_size if mbr else n_best  # MBR chooses among all the beam's hypotheses
     with torch.inference_mode():
         gate_table = model.decoder.input_gate_table() if todo else None  # [V, 3H], shared by all batches
         for start in range(0, len(order), decode.batch_size):
@@ -144,13 +162,44 @@ def translate_nbest(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sentences: li
                                                 decode.max_len_b, decode.length_penalty, gate_table, coverage)]
             else:
                 hyps = beam(model, batch.src, batch.src_mask, beam_size, decode.length_penalty, decode.max_len_a,
-                            decode.max_len_b, n_best=n_best, gate_table=gate_table, coverage_penalty_beta=coverage)
+                            decode.max_len_b, n_best=candidates, gate_table=gate_table,
+                            coverage_penalty_beta=coverage)
             for k, nbest in zip(chunk, hyps):
                 src_pieces = src_tok.pieces(ids[k])
-                results[todo[k]] = [Translation(tgt_tok.decode(h.ids), src_pieces, tgt_tok.pieces(h.ids),
-                                                h.alignment.numpy().astype(np.float32), h.score, h.log_prob)
-                                    for h in nbest]
+                block = [Translation(tgt_tok.decode(h.ids), src_pieces, tgt_tok.pieces(h.ids),
+                                     h.alignment.numpy().astype(np.float32), h.score, h.log_prob) for h in nbest]
+                if utility is not None and beam_size > 1:
+                    block = mbr_rank(block, temperature, utility)
+                results[todo[k]] = block[:n_best]
     return results
+
+
+def mbr_rank(block: list[Translation], temperature: float, utility: SentenceBleu) -> list[Translation]:
+    """The hypotheses of one line ranked by expected utility, highest first, each carrying it in
+    ``expected_utility`` (0-100); ties keep the beam's order. Each keeps its own text, pieces, alignment and scores.
+
+    Args:
+        block: the N >= 1 hypotheses of one source line (the beam's n-best list).
+        temperature: T > 0 of the weights ``softmax(log_prob / T)`` (``math.inf``: uniform).
+        utility: the pairwise utility (:class:`nmt.mbr.SentenceBleu`), shared by all lines.
+
+    Raises:
+        ValueError: from :func:`nmt.mbr.expected_utility`, for an empty block or a temperature not > 0.
+    """
+    gains = expected_utility([t.text for t in block], [t.log_prob for t in block], temperature, utility)
+    order = sorted(range(len(block)), key=lambda i: -gains[i])
+    return [dataclasses.replace(block[i], expected_utility=float(gains[i])) for i in order]
+
+
+def mbr_settings(decode, beam_size: int) -> dict:
+    """What a decoding with ``beam_size`` did about MBR (``decode.mbr``), for scores files: ``{"mbr": None,
+    "mbr_temperature": None}`` when it was off (``decode.mbr`` null, or greedy search, which has one hypothesis),
+    else the utility and the temperature, ``"inf"`` for uniform weights (JSON has no infinity)."""
+    mbr = decode.get("mbr") if beam_size > 1 else None  # absent from the configs of runs before it existed
+    if mbr is None:
+        return {"mbr": None, "mbr_temperature": None}
+    temperature = float(decode.get("mbr_temperature", 1.0))
+    return {"mbr": mbr, "mbr_temperature": temperature if math.isfinite(temperature) else "inf"}
 
 
 def at_length_limit(translation: Translation, decode) -> bool:
@@ -167,9 +216,11 @@ def nbest_lines(nbest: list[list[Translation]]) -> str:
     """An n-best list in the Moses format, one block of lines per input line (0-based index ``i``, best first):
     ``i ||| hypothesis ||| log_prob= L length= N ||| score``, with L the log-probability in nats, N the
     hypothesis length in target subwords (``</s>`` included) and score = L / length penalty + coverage penalty
-    (what the beam ranks by). An empty input line has one line with an empty hypothesis."""
-    return "".join(f"{i} ||| {t.text} ||| log_prob= {t.log_prob:.4f} length= {len(t.hyp_pieces)} ||| {t.score:.4f}\n"
-                   for i, block in enumerate(nbest) for t in block)
+    (what the beam ranks by). With MBR decoding a feature ``mbr= U`` (the expected utility that ranked the block)
+    follows the length. An empty input line has one line with an empty hypothesis."""
+    return "".join(f"{i} ||| {t.text} ||| log_prob= {t.log_prob:.4f} length= {len(t.hyp_pieces)}"
+                   + ("" if t.expected_utility is None else f" mbr= {t.expected_utility:.4f}")
+                   + f" ||| {t.score:.4f}\n" for i, block in enumerate(nbest) for t in block)
 
 
 def score(hypotheses: list[str], references: list[str]) -> dict:

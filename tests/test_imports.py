@@ -26,8 +26,9 @@ ALLOWED = {
     "model": {"attention"},
     "data": {"normalize", "textio"},
     "search": {"model"},
+    "mbr": set(),  # minimum Bayes risk selection over an n-best list (decode.mbr)
     "checkpoint": {"attention", "model", "textio", "tokenizer"},  # attention: the allowed _target_s of a checkpoint
-    "evaluate": {"alignment", "data", "search", "textio", "tokenizer"},
+    "evaluate": {"alignment", "data", "mbr", "search", "textio", "tokenizer"},
     "schedule": set(),
     "ema": set(),  # the moving average of the weights (train.ema_decay)
     "state": {"checkpoint", "curves", "ema", "schedule", "textio"},  # Progress, last.pt/best.pt, resuming
@@ -45,6 +46,7 @@ LEAF_THIRD_PARTY = {
     "attention": {"torch"},
     "curves": {"matplotlib"},
     "loss": {"torch"},
+    "mbr": {"numpy", "sacrebleu"},
     "schedule": {"torch"},
     "plot": {"matplotlib", "numpy"},
     "normalize": {"sacremoses"},

@@ -36,6 +36,7 @@ TRAIN_OVERRIDES = [
 METRIC_KEYS = {"step", "epoch", "train_loss", "valid_loss", "valid_ppl", "valid_bleu", "lr", "tokens_per_sec",
                "elapsed_sec"}
 SCORE_KEYS = {"bleu", "chrf", "bleu_signature", "chrf_signature", "num_sentences", "beam_size", "length_penalty", "coverage_penalty",
+              "mbr", "mbr_temperature",
               "attention", "decoder_style", "input_feeding", "checkpoint"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 EVAL_DIRS = {"eval": BEAM, "eval/greedy": 1}
@@ -310,6 +311,43 @@ def test_coverage_penalty_reaches_the_search(references, final_checkpoint, beam_
             expected = t.log_prob / length_penalty(len(t.hyp_pieces), alpha) + cp
             assert t.score == pytest.approx(expected, abs=1e-3)
     assert sum(cp < -1e-3 for cp in penalties) >= 5, penalties
+
+
+def test_mbr_reaches_the_search(references, final_checkpoint):
+    """decode.mbr=bleu through translate_nbest: each line's block is the plain beam's n-best list (the same
+    hypotheses, scores and alignments) reordered by expected utility, which equals nmt.mbr.expected_utility of
+    the block; with uniform weights the choice differs from the beam's on some lines (the check could not fail
+    otherwise); greedy search is unchanged."""
+    from omegaconf import OmegaConf
+
+    from nmt.evaluate import translate_nbest
+    from nmt.mbr import expected_utility
+
+    model, cfg, src_tok, tgt_tok, _ = checkpoint.load(final_checkpoint)
+    sources = references["test"]["src"][:30]
+    mbr = OmegaConf.merge(cfg.decode, {"mbr": "bleu", "mbr_temperature": float("inf")})
+    plain = translate_nbest(model, src_tok, tgt_tok, sources, cfg.decode, "cpu", beam_size=BEAM, n_best=BEAM)
+    ranked = translate_nbest(model, src_tok, tgt_tok, sources, mbr, "cpu", beam_size=BEAM, n_best=BEAM)
+    first = translate_nbest(model, src_tok, tgt_tok, sources, mbr, "cpu", beam_size=BEAM)
+    changed = 0
+    for before, after, one in zip(plain, ranked, first):
+        key = {tuple(t.hyp_pieces): i for i, t in enumerate(before)}  # the beam's hypotheses are distinct pieces
+        assert len(key) == len(before) == len(after) and sorted(key) == sorted(tuple(t.hyp_pieces) for t in after)
+        expected = expected_utility([t.text for t in before], [t.log_prob for t in before], float("inf"))
+        for t in after:
+            own = before[key[tuple(t.hyp_pieces)]]
+            assert t.score == own.score and t.log_prob == own.log_prob
+            assert np.array_equal(t.alignment, own.alignment)
+            assert t.expected_utility == pytest.approx(expected[key[tuple(t.hyp_pieces)]])
+        gains = [t.expected_utility for t in after]
+        assert gains == sorted(gains, reverse=True)
+        assert len(one) == 1 and one[0].text == after[0].text
+        changed += after[0].text != before[0].text
+    assert changed >= 1
+    greedy = translate_nbest(model, src_tok, tgt_tok, sources, mbr, "cpu", beam_size=1)
+    assert [b[0].text for b in greedy] == [b[0].text for b in translate_nbest(
+        model, src_tok, tgt_tok, sources, cfg.decode, "cpu", beam_size=1)]
+    assert all(b[0].expected_utility is None for b in greedy)
 
 
 def test_translate_nbest_list(run_dir, references, repo_root, final_checkpoint, tmp_path):

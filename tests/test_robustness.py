@@ -424,6 +424,44 @@ def test_decoding_settings_are_checked_with_the_shortest_source_in_mind():
             check_decoding(5, 1, decode=OmegaConf.create({**base, "max_len_a": a, "max_len_b": b}))
 
 
+def test_mbr_settings_are_checked():
+    """decode.mbr takes null or a utility; decode.mbr_temperature a number > 0 (.inf: uniform weights); a config
+    from before these settings (no keys) decodes without MBR."""
+    from omegaconf import OmegaConf
+
+    from nmt.evaluate import check_decoding
+
+    base = {"batch_size": 64, "max_src_len": 250, "length_penalty": 0.6, "max_len_a": 1.5, "max_len_b": 10}
+    for ok in ({}, {"mbr": None}, {"mbr": "bleu", "mbr_temperature": 2}, {"mbr": "bleu", "mbr_temperature": float("inf")}):
+        check_decoding(5, 1, decode=OmegaConf.create({**base, **ok}))
+    for bad, message in (({"mbr": "chrF"}, r"decode.mbr=chrF must be null \(off\) or bleu"),
+                         ({"mbr": True}, r"decode.mbr=True must be null"),
+                         ({"mbr_temperature": 0}, r"decode.mbr_temperature=0 must be a number > 0"),
+                         ({"mbr_temperature": -1.0}, r"decode.mbr_temperature=-1.0 must be a number > 0"),
+                         ({"mbr_temperature": float("nan")}, r"decode.mbr_temperature=nan must be a number > 0"),
+                         ({"mbr_temperature": "warm"}, r"decode.mbr_temperature=warm must be a number > 0")):
+        with pytest.raises(ValueError, match=message):
+            check_decoding(5, 1, decode=OmegaConf.create({**base, **bad}))
+
+
+def test_mbr_settings_in_scores_files_are_json():
+    """What scores.json records about MBR: nothing for greedy search or with it off, "inf" for uniform weights
+    (json.dumps would write Infinity, which is not JSON)."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    from nmt.evaluate import mbr_settings
+
+    on = OmegaConf.create({"mbr": "bleu", "mbr_temperature": float("inf")})
+    assert mbr_settings(on, 5) == {"mbr": "bleu", "mbr_temperature": "inf"}
+    assert mbr_settings(OmegaConf.merge(on, {"mbr_temperature": 2}), 5) == {"mbr": "bleu", "mbr_temperature": 2.0}
+    off = {"mbr": None, "mbr_temperature": None}
+    assert mbr_settings(on, 1) == off and mbr_settings(OmegaConf.create({"mbr": None}), 5) == off
+    assert mbr_settings(OmegaConf.create({}), 5) == off  # a config from before MBR existed
+    json.loads(json.dumps(mbr_settings(on, 5), allow_nan=False))
+
+
 def test_translations_that_stop_at_the_length_limit_are_flagged(loaded, compose_cfg):
     """translate.py warns about them (lines cut short by max_len_a / max_len_b used to pass silently)."""
     from nmt.evaluate import Translation, at_length_limit
