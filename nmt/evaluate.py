@@ -149,7 +149,7 @@ def translate_nbest(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sentences: li
             ids[k] = ids[k][: decode.max_src_len - 1] + ids[k][-1:]
     order = sorted(range(len(todo)), key=lambda k: len(ids[k]))
     coverage = decode.get("coverage_penalty", 0.0)  # absent from the configs of runs before it existed
-    mbr, temperature = decode.get("mbr"), decode.get("mbr_temperature", 1.0)
+    mbr = mbr_settings(decode, beam_size)["mbr"]  # the one rule for when MBR applies (not to greedy search)
     utility = SentenceBleu() if mbr else None
     candidates = beam_size if mbr else n_best  # MBR chooses among all the beam's hypotheses
     with torch.inference_mode():
@@ -168,8 +168,8 @@ def translate_nbest(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sentences: li
                 src_pieces = src_tok.pieces(ids[k])
                 block = [Translation(tgt_tok.decode(h.ids), src_pieces, tgt_tok.pieces(h.ids),
                                      h.alignment.numpy().astype(np.float32), h.score, h.log_prob) for h in nbest]
-                if utility is not None and beam_size > 1:
-                    block = mbr_rank(block, temperature, utility)
+                if utility is not None:
+                    block = mbr_rank(block, decode.get("mbr_temperature", 1.0), utility)
                 results[todo[k]] = block[:n_best]
     return results
 
