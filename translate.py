@@ -14,6 +14,7 @@ from nmt.evaluate import (
     at_length_limit,
     check_decoding,
     check_npz_path,
+    decoding_settings,
     mbr_settings,
     nbest_lines,
     save_alignments,
@@ -96,6 +97,7 @@ def run(cfg: DictConfig) -> None:
         # too, as the final evaluation of training does
         target = Normalizer.from_config(model_cfg.data.get("normalize"), model_cfg.data.tgt_lang)
         scores = score([t.text for t in results], target.lines(references))
+        scores.update(**decoding_settings(cfg.decode, beam_size), checkpoint=str(path))
         if target.active:
             scores["references_normalized"] = dict(model_cfg.data.normalize)
         print(json.dumps(scores, indent=2), file=sys.stderr)

@@ -202,6 +202,15 @@ def mbr_settings(decode, beam_size: int) -> dict:
     return {"mbr": mbr, "mbr_temperature": temperature if math.isfinite(temperature) else "inf"}
 
 
+def decoding_settings(decode, beam_size: int) -> dict:
+    """The decoding settings that produced a scores file's translations, for its JSON: ``beam_size``,
+    ``length_penalty`` (GNMT alpha), ``coverage_penalty`` (beta, 0.0 when absent from an older config) and the
+    two :func:`mbr_settings` keys. The final evaluation of training and ``translate.py reference=`` both write
+    them, so a score can always be traced to how it was decoded."""
+    return {"beam_size": beam_size, "length_penalty": decode.length_penalty,
+            "coverage_penalty": decode.get("coverage_penalty", 0.0), **mbr_settings(decode, beam_size)}
+
+
 def at_length_limit(translation: Translation, decode) -> bool:
     """Whether a translation stopped at the output length limit ``max_len_a * S + max_len_b`` (S: its source
     subwords with ``</s>``, after any cut to ``max_src_len``; the limit counts ``</s>``), where ``</s>`` is forced,

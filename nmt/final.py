@@ -11,7 +11,7 @@ from pathlib import Path
 from nmt import checkpoint
 from nmt.average import average_checkpoints, select_checkpoints
 from nmt.data import Parallel
-from nmt.evaluate import greedy_bleu, mbr_settings, save_results, score, translate
+from nmt.evaluate import decoding_settings, greedy_bleu, save_results, score, translate
 from nmt.plot import plot_npz
 
 log = logging.getLogger(__name__)
@@ -50,9 +50,7 @@ def final_evaluation(cfg, splits: dict[str, Parallel], run_dir: Path, device, be
         for name, beam_size in decoders.items():
             hyps = translate(model, src_tok, tgt_tok, splits[split].src, cfg.decode, device, beam_size=beam_size)
             scores = score([h.text for h in hyps], splits[split].tgt)
-            scores.update(beam_size=beam_size or cfg.decode.beam_size, length_penalty=cfg.decode.length_penalty,
-                          coverage_penalty=cfg.decode.get("coverage_penalty", 0.0),
-                          **mbr_settings(cfg.decode, beam_size or cfg.decode.beam_size),
+            scores.update(**decoding_settings(cfg.decode, beam_size or cfg.decode.beam_size),
                           attention=cfg.attention._target_.rsplit(".", 1)[-1], decoder_style=cfg.decoder.style,
                           input_feeding=model.decoder.input_feeding, checkpoint=str(path), split=split, decoder=name)
             main = name != "greedy" or len(decoders) == 1

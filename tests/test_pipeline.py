@@ -278,6 +278,10 @@ def test_translate_stdin_stdout(run_dir, references, repo_root, final_checkpoint
     report = json.loads(stderr[stderr.rindex("{\n"):])  # the reference's scores, printed last
     greedy_scores = json.loads((run_dir / "eval" / "greedy" / "test.scores.json").read_text(encoding="utf-8"))
     assert report["bleu"] == greedy_scores["bleu"] and report["bleu_signature"] == greedy_scores["bleu_signature"]
+    # the report says how it was decoded, with the same keys and values as the final evaluation's greedy file
+    settings = ("beam_size", "length_penalty", "coverage_penalty", "mbr", "mbr_temperature", "checkpoint")
+    assert {k: report[k] for k in settings} == {k: greedy_scores[k] for k in settings}
+    assert report["beam_size"] == 1 and report["checkpoint"] == str(final_checkpoint)
     arrays, _ = load_alignments(tmp_path / "stdin.alignments.npz")
     eval_arrays, _ = load_alignments(run_dir / "eval" / "greedy" / "test.alignments.npz")
     assert arrays.keys() == eval_arrays.keys()
