@@ -15,7 +15,6 @@ from nmt.evaluate import (
     check_decoding,
     check_npz_path,
     decoding_settings,
-    mbr_settings,
     nbest_lines,
     save_alignments,
     score,
@@ -77,11 +76,11 @@ def run(cfg: DictConfig) -> None:
     atomic_write(cfg.output, "".join(t.text + "\n" for t in results))
     if cfg.nbest:
         atomic_write(cfg.nbest, nbest_lines(nbest))
-    mbr = mbr_settings(cfg.decode, beam_size)
+    settings = decoding_settings(cfg.decode, beam_size)  # for the success line and the reference's scores
     log.info("translated %d lines (%d empty) in %.1f s (%.1f sentences/s; %s loaded in %.1f s), beam size %d%s: %s",
              len(results), sum(not t.src_pieces for t in results), seconds, len(results) / max(seconds, 1e-9),
              path, loading, beam_size,
-             f" with MBR ({mbr['mbr']}, temperature {mbr['mbr_temperature']})" if mbr["mbr"] else "",
+             f" with MBR ({settings['mbr']}, temperature {settings['mbr_temperature']})" if settings["mbr"] else "",
              "stdout" if cfg.output == "-" else cfg.output)
     if cut := [i + 1 for i, t in enumerate(results) if at_length_limit(t, cfg.decode)]:
         log.warning("%d line(s) stopped at the output length limit (decode.max_len_a * source length + "
@@ -97,7 +96,7 @@ def run(cfg: DictConfig) -> None:
         # too, as the final evaluation of training does
         target = Normalizer.from_config(model_cfg.data.get("normalize"), model_cfg.data.tgt_lang)
         scores = score([t.text for t in results], target.lines(references))
-        scores.update(**decoding_settings(cfg.decode, beam_size), checkpoint=str(path))
+        scores.update(**settings, checkpoint=str(path))
         if target.active:
             scores["references_normalized"] = dict(model_cfg.data.normalize)
         print(json.dumps(scores, indent=2), file=sys.stderr)
