@@ -9,10 +9,11 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from nmt.checkpoint import TRAIN_PATHS, CheckpointError, absolute_paths
-from nmt.data import DataError
-from nmt.textio import TextFileError
-from nmt.training import train
+from nmt.data.corpus import DataError
+from nmt.data.textio import TextFileError
+from nmt.models.checkpoint import CheckpointError
+from nmt.settings import TRAIN_PATHS, absolute_paths
+from nmt.training.run import train
 
 EXIT_STATUS = {"SIGINT": 130, "SIGTERM": 143}  # 128 + signal number, as a shell reports a job stopped by it
 HYDRA_ONLY = {".hydra", "train.log"}  # what Hydra puts in a run folder before train() does anything

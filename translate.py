@@ -9,20 +9,16 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from nmt import checkpoint
-from nmt.evaluate import (
-    at_length_limit,
-    check_decoding,
-    check_npz_path,
-    decoding_settings,
-    nbest_lines,
-    save_alignments,
-    score,
-    translate_nbest,
-)
-from nmt.normalize import Normalizer
-from nmt.plot import plot_npz
-from nmt.textio import TextFileError, atomic_write, check_writable, read_lines
+from nmt.analysis.plot import plot_npz
+from nmt.data.normalize import Normalizer
+from nmt.data.textio import TextFileError, atomic_write, check_writable, read_lines
+from nmt.decoding.artifacts import check_npz_path, nbest_lines, save_alignments
+from nmt.decoding.options import check_decoding, decoding_settings
+from nmt.decoding.scoring import score
+from nmt.decoding.translation import at_length_limit, translate_nbest
+from nmt.models import checkpoint
+from nmt.models.device import pick_device, set_threads
+from nmt.settings import TRANSLATE_PATHS, absolute_paths
 
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
 log = logging.getLogger("translate")
@@ -54,9 +50,9 @@ def run(cfg: DictConfig) -> None:
             :func:`check_outputs` refuses, or an unusable ``device=`` or ``threads=``; all found before anything
             is translated or written.
     """
-    checkpoint.absolute_paths(cfg, checkpoint.TRANSLATE_PATHS)
-    checkpoint.set_threads(cfg.threads)
-    device = checkpoint.pick_device(cfg.device)
+    absolute_paths(cfg, TRANSLATE_PATHS)
+    set_threads(cfg.threads)
+    device = pick_device(cfg.device)
     beam_size, n_best = check_outputs(cfg)
     sentences = read_lines(cfg.input, key="input")
     references = read_lines(cfg.reference, key="reference") if cfg.reference else None

@@ -17,7 +17,7 @@ Usage (run folders of ``python train.py +experiment=align_en_fr``, or checkpoint
 Gold sets are read from ``$NMT_DATA_DIR`` (default ``../shared/corpora``), with the conventions of their
 SOURCE.md: ``enfr`` = Hansards 447 pairs (English source, 1-based Pharaoh ``enfr.gold`` with sure and possible
 links), ``deen`` = Biçici's 100 Europarl pairs (German source, 0-based ``de-en.wa``, sure only; the BOM and the
-one out-of-range link are handled by nmt.textio / nmt.aer), ``roen`` = WPT 2003 Romanian-English 248 pairs
+one out-of-range link are handled by nmt.data.textio / nmt.aer), ``roen`` = WPT 2003 Romanian-English 248 pairs
 (Romanian source, 1-based, sure only).
 """
 
@@ -35,11 +35,12 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nmt.aer import AlignmentWarning, aer, read_pharaoh
-from nmt.align import combined_links, force_align, links, load_aligner
-from nmt.alignment import symmetrize
-from nmt.data import read_table
-from nmt.textio import read_lines
+from nmt.analysis.aer import aer
+from nmt.analysis.forced import combined_links, force_align, links, load_aligner
+from nmt.analysis.gold import AlignmentWarning, read_pharaoh
+from nmt.analysis.symmetrize import symmetrize
+from nmt.data.corpus import read_table
+from nmt.data.textio import read_lines
 
 GOLD_SETS = {  # name: (folder, source file, target file, gold file, one_based, source lang, target lang)
     "enfr": ("align_enfr_hansards", "test.e.gz", "test.f.gz", "enfr.gold.gz", True, "en", "fr"),

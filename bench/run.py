@@ -20,17 +20,18 @@ from pathlib import Path
 import torch
 from hydra import compose, initialize_config_dir
 
-from nmt import checkpoint
-from nmt.data import load_splits
-from nmt.evaluate import translate
-from nmt.training import train
+from nmt.data.corpus import load_splits
+from nmt.decoding.translation import translate
+from nmt.models import checkpoint
+from nmt.models.device import pick_device
+from nmt.training.run import train
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def decode_speed(run_dir: Path, cfg, sentences: list[str], beam_size: int) -> float:
     """Sentences per second translating ``sentences`` with the best checkpoint of ``run_dir``."""
-    device = checkpoint.pick_device(cfg.device)
+    device = pick_device(cfg.device)
     model, _, src_tok, tgt_tok, _ = checkpoint.load(run_dir / "checkpoints" / "best.pt", device)
     translate(model, src_tok, tgt_tok, sentences[:64], cfg.decode, device, beam_size=beam_size)  # warm-up
     start = time.perf_counter()

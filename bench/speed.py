@@ -43,11 +43,14 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from nmt import checkpoint
-from nmt.data import Parallel, encode_pairs, iterate_batches, load_splits
-from nmt.evaluate import translate
-from nmt.schedule import make_optimizer
-from nmt.training import prepare_tokenizers, train_step
+from nmt.data.batches import encode_pairs, iterate_batches
+from nmt.data.corpus import Parallel, load_splits
+from nmt.decoding.translation import translate
+from nmt.models import checkpoint
+from nmt.models.build import build_model
+from nmt.training.loop import train_step
+from nmt.training.schedule import make_optimizer
+from nmt.training.subwords import prepare_tokenizers
 
 ROOT = Path(__file__).resolve().parents[1]
 PEERS = ROOT.parent / "shared" / "bench" / "peers"
@@ -144,7 +147,7 @@ def ours(args, cfg) -> dict:
     work = Path(args.work)
     src_tok, tgt_tok = prepare_tokenizers(cfg.tokenizer, splits["train"], work / f"spm_{args.corpus}")
     pairs = encode_pairs(splits["train"], src_tok, tgt_tok, cfg.data.max_len)
-    model = checkpoint.build_model(cfg, len(src_tok), len(tgt_tok))
+    model = build_model(cfg, len(src_tok), len(tgt_tok))
     optimizer, _ = make_optimizer(model, cfg)
     model.train()
     need = args.warmup + args.steps

@@ -66,7 +66,7 @@ def compose_cfg():
 @pytest.fixture(scope="session")
 def small_splits(multi30k_dir, compose_cfg):
     """Multi30k de-en through :func:`nmt.data.load_splits`: the first 3000 training pairs, full valid/test."""
-    from nmt.data import load_splits
+    from nmt.data.corpus import load_splits
 
     cfg = compose_cfg([f"data.train_limit={SLICE_PAIRS}", "data.src_lang=de", "data.tgt_lang=en"])
     return load_splits(cfg.data)
@@ -75,7 +75,7 @@ def small_splits(multi30k_dir, compose_cfg):
 @pytest.fixture(scope="session")
 def spm_model(small_splits, tmp_path_factory) -> Path:
     """A joint BPE SentencePiece model (500 pieces, byte fallback) trained on the small slice."""
-    from nmt.tokenizer import train_spm
+    from nmt.data.tokenizer import train_spm
 
     train = small_splits["train"]
     return train_spm(train.src + train.tgt, tmp_path_factory.mktemp("spm") / "joint.model", vocab_size=SPM_VOCAB)
@@ -83,6 +83,6 @@ def spm_model(small_splits, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tokenizer(spm_model):
-    from nmt.tokenizer import Tokenizer
+    from nmt.data.tokenizer import Tokenizer
 
     return Tokenizer.load(spm_model)

@@ -7,8 +7,9 @@ import torch
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from hydra.utils import instantiate
 
-from nmt.attention import Additive, Attention, Dot, General, LocalP
-from nmt.checkpoint import TRAIN_PATHS, absolute_paths, build_model
+from nmt.models.attention import Additive, Attention, Dot, General, LocalP
+from nmt.models.build import build_model
+from nmt.settings import TRAIN_PATHS, absolute_paths
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 ATTENTIONS = sorted(p.stem for p in (CONF / "attention").glob("*.yaml"))

@@ -1,57 +1,45 @@
-"""Layering (design.md §3): imports point down only, leaves know nothing of the package, Hydra stays at the edge.
+"""Layering (design.md §3): subpackages by pipeline stage, imports point down only, Hydra stays at the edge.
 
 Read with ``ast`` (nothing is imported), so a forbidden import is caught even inside a function.
 """
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "nmt"
-MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+FILES = sorted(PACKAGE.rglob("*.py"))
+SUBPACKAGES = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
+COMMANDS = ("aer", "align", "average", "curves", "plot")  # `python -m nmt.X`: thin entry points of a subpackage
 
-# module -> the nmt modules it may import (the layering table; a new module needs a row here)
+# unit (a subpackage, nmt/settings.py or a command) -> the units it may import; the order is the pipeline's
 ALLOWED = {
-    "aer": {"textio"},
-    "alignment": set(),
-    "attention": set(),
-    "curves": set(),
-    "loss": set(),
-    "plot": {"aer", "alignment", "textio"},
-    "normalize": set(),
-    "textio": set(),
-    "tokenizer": set(),
-    "model": {"attention"},
-    "data": {"normalize", "textio"},
-    "search": {"model"},
-    "mbr": set(),  # minimum Bayes risk selection over an n-best list (decode.mbr)
-    "checkpoint": {"attention", "model", "textio", "tokenizer"},  # attention: the allowed _target_s of a checkpoint
-    "evaluate": {"alignment", "data", "mbr", "search", "textio", "tokenizer"},
-    "schedule": set(),
-    "ema": set(),  # the moving average of the weights (train.ema_decay)
-    "state": {"checkpoint", "curves", "ema", "schedule", "textio"},  # Progress, last.pt/best.pt, resuming
-    "final": {"average", "checkpoint", "data", "evaluate", "plot"},  # the end-of-run evaluation
-    "training": {"average", "checkpoint", "data", "ema", "evaluate", "final", "loss", "schedule", "state", "textio",
-                 "tokenizer"},
-    "average": {"checkpoint", "curves", "textio"},  # curves.read_curve: the one reader of metrics.jsonl
-    "align": {"alignment", "checkpoint", "data", "evaluate", "normalize", "search", "textio", "tokenizer"},
+    "data": set(),  # text files, normalization, subwords, corpora, batches
+    "settings": {"data"},  # the one module that touches Hydra/OmegaConf
+    "models": {"data", "settings"},
+    "decoding": {"data", "models"},
+    "analysis": {"data", "models", "decoding"},  # reads saved artifacts and models, never training
+    "training": {"data", "settings", "models", "decoding", "analysis"},
+    **{command: {"analysis", "training"} for command in COMMANDS},
 }
 CONFIG_LIBRARIES = {"hydra", "omegaconf"}
 # third-party libraries of the leaves (stdlib aside): the leaves stay light and independent
 LEAF_THIRD_PARTY = {
-    "aer": set(),
-    "alignment": {"numpy"},
-    "attention": {"torch"},
-    "curves": {"matplotlib"},
-    "loss": {"torch"},
-    "mbr": {"numpy", "sacrebleu"},
-    "schedule": {"torch"},
-    "plot": {"matplotlib", "numpy"},
-    "normalize": {"sacremoses"},
-    "textio": set(),
-    "tokenizer": {"numpy", "sentencepiece"},
+    "analysis/gold": set(),
+    "decoding/word_alignment": {"numpy"},
+    "analysis/symmetrize": {"numpy"},
+    "models/attention": {"torch"},
+    "analysis/curves": {"matplotlib"},
+    "training/loss": {"torch"},
+    "decoding/mbr": {"numpy", "sacrebleu"},
+    "training/schedule": {"torch"},
+    "analysis/plot": {"matplotlib", "numpy"},
+    "data/normalize": {"sacremoses"},
+    "data/textio": set(),
+    "data/tokenizer": {"numpy", "sentencepiece"},
 }
 
 
@@ -66,35 +54,72 @@ def imports(path: Path) -> list[tuple[str, bool]]:
             found += [(alias.name, id(node) in top) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             assert node.level == 0, f"{path.name}: relative import; use `from nmt.x import y`"
-            if node.module == "nmt":
-                found += [(f"nmt.{alias.name}", id(node) in top) for alias in node.names]
+            if node.module in ["nmt", *(f"nmt.{s}" for s in SUBPACKAGES)]:
+                found += [(f"{node.module}.{alias.name}", id(node) in top) for alias in node.names]
             else:
                 found.append((node.module, id(node) in top))
     return found
 
 
+def unit(path: Path) -> str:
+    """The layering unit of a file of nmt/: its subpackage, or its own name at the top level."""
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    return parts[0]
+
+
+def module_name(path: Path) -> str:
+    return ".".join(("nmt", *path.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(".__init__")
+
+
 def internal(path: Path) -> set[str]:
-    return {name.split(".")[1] for name, _ in imports(path) if name.startswith("nmt.")}
+    """The nmt modules a file imports, dotted (``nmt.data.textio``)."""
+    return {name for name, _ in imports(path) if name.startswith("nmt.")}
 
 
 def external_roots(path: Path) -> set[str]:
     return {name.split(".")[0] for name, _ in imports(path) if name.split(".")[0] not in ("nmt", "__future__")}
 
 
-GRAPH = {module: internal(PACKAGE / f"{module}.py") for module in MODULES}
+def rel(path: Path) -> str:
+    return str(path.relative_to(PACKAGE).with_suffix(""))
 
 
-def test_every_module_has_a_row():
-    assert set(MODULES) == set(ALLOWED), "add the new module to ALLOWED (and to design.md §3)"
+def test_every_unit_has_a_row():
+    units = {unit(p) for p in FILES if p != PACKAGE / "__init__.py"}
+    assert units == set(ALLOWED), "add the new subpackage or module to ALLOWED (and to design.md §3)"
+    assert set(SUBPACKAGES) == {"data", "models", "decoding", "analysis", "training"}
 
 
-@pytest.mark.parametrize("module", MODULES)
-def test_nmt_imports_follow_the_table(module):
-    unexpected = GRAPH[module] - ALLOWED[module]
-    assert not unexpected, f"nmt/{module}.py imports nmt.{sorted(unexpected)}; allowed: {sorted(ALLOWED[module])}"
+@pytest.mark.parametrize("path", FILES, ids=rel)
+def test_imports_follow_the_layers(path):
+    if path == PACKAGE / "__init__.py":
+        assert not internal(path)
+        return
+    me = unit(path)
+    used = {name.split(".")[1] for name in internal(path)} - {me}
+    assert used <= ALLOWED[me], f"nmt/{rel(path)}.py imports nmt.{sorted(used - ALLOWED[me])}; {me} may import " \
+                                f"{sorted(ALLOWED[me])}"
+
+
+def test_data_and_models_import_no_later_stage():
+    """The rules design.md §3 names, stated once more without the table: data and models import nothing from
+    decoding, training or analysis; decoding imports no training; analysis never imports training."""
+    forbidden = {"data": {"models", "decoding", "training", "analysis"}, "models": {"decoding", "training", "analysis"},
+                 "decoding": {"training", "analysis"}, "analysis": {"training"}}
+    for path in FILES:
+        if unit(path) in forbidden:
+            used = {name.split(".")[1] for name in internal(path)}
+            assert not used & forbidden[unit(path)], f"nmt/{rel(path)}.py imports {sorted(used & forbidden[unit(path)])}"
+
+
+def test_every_subpackage_says_what_it_holds():
+    for name in SUBPACKAGES:
+        doc = ast.get_docstring(ast.parse((PACKAGE / name / "__init__.py").read_text(encoding="utf-8")))
+        assert doc and "May import" in doc, f"nmt/{name}/__init__.py: say what it holds and what it may import"
 
 
 def test_no_cycles():
+    graph = {module_name(p): {m for m in internal(p) if m in {module_name(q) for q in FILES}} for p in FILES}
     state: dict[str, str] = {}
 
     def visit(module, path):
@@ -102,42 +127,40 @@ def test_no_cycles():
             return
         assert state.get(module) != "active", f"import cycle: {' -> '.join(path + [module])}"
         state[module] = "active"
-        for dep in sorted(GRAPH[module]):
+        for dep in sorted(graph[module]):
             visit(dep, path + [module])
         state[module] = "done"
 
-    for module in MODULES:
+    for module in graph:
         visit(module, [])
 
 
-@pytest.mark.parametrize("path", sorted(PACKAGE.glob("*.py")) + [ROOT / "train.py", ROOT / "translate.py"],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("path", FILES + [ROOT / "train.py", ROOT / "translate.py"], ids=lambda p: p.name)
 def test_hydra_only_at_the_edge(path):
     uses = external_roots(path) & CONFIG_LIBRARIES
-    if path.parent == PACKAGE and path.stem != "checkpoint":
-        assert not uses, f"{path.name} imports {sorted(uses)}: only nmt/checkpoint.py and the entry scripts may"
+    if path.is_relative_to(PACKAGE) and path != PACKAGE / "settings.py":
+        assert not uses, f"{path.name} imports {sorted(uses)}: only nmt/settings.py and the entry scripts may"
 
 
-def test_checkpoint_and_scripts_do_use_hydra():
+def test_settings_and_scripts_do_use_hydra():
     """The rule above is not vacuous: the one module inside nmt/ and both entry scripts do import it."""
-    for path in (PACKAGE / "checkpoint.py", ROOT / "train.py", ROOT / "translate.py"):
+    for path in (PACKAGE / "settings.py", ROOT / "train.py", ROOT / "translate.py"):
         assert "hydra" in external_roots(path), path.name
 
 
 @pytest.mark.parametrize("module", sorted(LEAF_THIRD_PARTY))
 def test_leaves_third_party(module):
-    import sys
-
     stdlib = sys.stdlib_module_names
-    third_party = {name for name in external_roots(PACKAGE / f"{module}.py") if name not in stdlib}
+    path = PACKAGE / f"{module}.py"
+    third_party = {name for name in external_roots(path) if name not in stdlib}
     assert third_party <= LEAF_THIRD_PARTY[module], f"nmt/{module}.py imports {sorted(third_party)}"
 
 
 def test_datasets_imported_lazily_and_only_by_data():
-    """`datasets` is slow to import: only nmt/data.py's hub path imports it, inside the function."""
-    for path in sorted(PACKAGE.glob("*.py")) + [ROOT / "train.py", ROOT / "translate.py"]:
+    """`datasets` is slow to import: only nmt/data/corpus.py's hub path imports it, inside the function."""
+    for path in FILES + [ROOT / "train.py", ROOT / "translate.py"]:
         found = [(name, top) for name, top in imports(path) if name.split(".")[0] == "datasets"]
-        if path.name == "data.py":
+        if path == PACKAGE / "data" / "corpus.py":
             assert found == [("datasets", False)]
         else:
             assert not found, path.name
@@ -145,7 +168,9 @@ def test_datasets_imported_lazily_and_only_by_data():
 
 def test_special_ids_kept_in_sync():
     """search.py keeps the special ids as literals (it must not import the tokenizer); they must agree."""
-    from nmt import data, search, tokenizer
+    from nmt.data import batches as data
+    from nmt.data import tokenizer
+    from nmt.decoding import search
 
     assert (search.PAD_ID, search.BOS_ID, search.EOS_ID) == (tokenizer.PAD_ID, tokenizer.BOS_ID, tokenizer.EOS_ID)
     batch = data.collate([[5, 3]], [[6, 3]], [0])  # collate's defaults: pad 0, BOS 2

@@ -22,8 +22,9 @@ import pytest
 import sacrebleu
 import torch
 
-from nmt import checkpoint, curves
-from nmt.alignment import words_from_pieces
+from nmt.analysis import curves
+from nmt.decoding.word_alignment import words_from_pieces
+from nmt.models import checkpoint
 
 EVAL_LIMIT = 100
 MAX_STEPS, VALID_EVERY, BEAM = 150, 50, 3
@@ -297,8 +298,8 @@ def test_coverage_penalty_reaches_the_search(references, final_checkpoint, beam_
     under-covered, so the penalty is not 0 everywhere (the check could not fail if it were)."""
     from omegaconf import OmegaConf
 
-    from nmt.evaluate import translate_nbest
-    from nmt.search import coverage_penalty, length_penalty
+    from nmt.decoding.search import coverage_penalty, length_penalty
+    from nmt.decoding.translation import translate_nbest
 
     model, cfg, src_tok, tgt_tok, _ = checkpoint.load(final_checkpoint)
     beta, alpha = 5.0, 0.6
@@ -319,13 +320,13 @@ def test_coverage_penalty_reaches_the_search(references, final_checkpoint, beam_
 
 def test_mbr_reaches_the_search(references, final_checkpoint):
     """decode.mbr=bleu through translate_nbest: each line's block is the plain beam's n-best list (the same
-    hypotheses, scores and alignments) reordered by expected utility, which equals nmt.mbr.expected_utility of
+    hypotheses, scores and alignments) reordered by expected utility, which equals nmt.decoding.mbr.expected_utility of
     the block; with uniform weights the choice differs from the beam's on some lines (the check could not fail
     otherwise); greedy search is unchanged."""
     from omegaconf import OmegaConf
 
-    from nmt.evaluate import translate_nbest
-    from nmt.mbr import expected_utility
+    from nmt.decoding.mbr import expected_utility
+    from nmt.decoding.translation import translate_nbest
 
     model, cfg, src_tok, tgt_tok, _ = checkpoint.load(final_checkpoint)
     sources = references["test"]["src"][:30]

@@ -11,9 +11,11 @@ import sys
 import numpy as np
 import pytest
 
-from nmt import checkpoint
-from nmt.evaluate import score, translate
-from nmt.training import train
+from nmt.decoding.scoring import score
+from nmt.decoding.translation import translate
+from nmt.models import checkpoint
+from nmt.models.device import pick_device
+from nmt.training.run import train
 
 TINY = ["data.train_limit=400", "data.eval_limit=5", "tokenizer.vocab_size=500", "model.emb_size=16",
         "model.hidden_size=32", "train.batch_tokens=200", "train.max_steps=3", "train.valid_every=3",
@@ -146,7 +148,7 @@ def test_score_refuses_mismatch_and_handles_empty_hypotheses():
 
 
 def test_saved_alignments_are_float32_with_matching_tokens(loaded, compose_cfg, tmp_path):
-    from nmt.evaluate import save_results
+    from nmt.decoding.artifacts import save_results
 
     model, _, src_tok, tgt_tok, _ = loaded
     out = translate(model, src_tok, tgt_tok, ["Ein Hund.", "  "], compose_cfg(["decode=greedy"]).decode)
@@ -160,8 +162,8 @@ def test_saved_alignments_are_float32_with_matching_tokens(loaded, compose_cfg, 
 def test_checkpoint_with_wrong_or_broken_sentencepiece_model_says_so(tiny_run, tmp_path):
     import torch
 
-    from nmt.checkpoint import CheckpointError, bytes_tensor
-    from nmt.tokenizer import train_spm
+    from nmt.data.tokenizer import train_spm
+    from nmt.models.checkpoint import CheckpointError, bytes_tensor
 
     payload = torch.load(tiny_run / "checkpoints" / "best.pt", weights_only=True)
     other = train_spm(["ein kleiner Hund läuft schnell über die Wiese"] * 50, tmp_path / "other.model", vocab_size=290)
@@ -191,7 +193,7 @@ def test_a_checkpoint_cannot_make_loading_run_code(tiny_run, tmp_path, monkeypat
     model with plain settings, or ``build_model``'s ``instantiate`` would call anything it names."""
     import torch
 
-    from nmt.checkpoint import CheckpointError
+    from nmt.models.checkpoint import CheckpointError
 
     monkeypatch.chdir(tmp_path)
     payload = torch.load(tiny_run / "checkpoints" / "best.pt", weights_only=True)
@@ -213,7 +215,7 @@ def test_a_checkpoint_cannot_make_loading_run_code_through_an_interpolation(tiny
     resolved it to a top-level node ``x`` and built whatever that named (found by a review: it created a file)."""
     import torch
 
-    from nmt.checkpoint import CheckpointError
+    from nmt.models.checkpoint import CheckpointError
 
     monkeypatch.chdir(tmp_path)
     payload = torch.load(tiny_run / "checkpoints" / "best.pt", weights_only=True)
@@ -261,7 +263,7 @@ def test_translate_without_input_names_the_missing_key_in_one_line(repo_root, tm
 def test_a_run_folder_or_a_text_file_given_as_checkpoint_is_named_for_what_it_is(tiny_run, tmp_path):
     """A run folder gets the path of its checkpoint to pass; a file torch.save did not write is called that, not
     'pickled objects' with torch's advice to load it unsafely."""
-    from nmt.checkpoint import CheckpointError
+    from nmt.models.checkpoint import CheckpointError
 
     with pytest.raises(CheckpointError, match=r"is a folder, not a checkpoint file: a run folder; pass one of its "
                                               r"checkpoints, e\.g\. .*checkpoints/best\.pt"):
@@ -277,7 +279,7 @@ def test_a_run_folder_means_the_model_its_final_evaluation_scored(tmp_path):
     """checkpoint=RUN (translate.py, nmt.align): the checkpoint named in eval/test.scores.json (looked up by name,
     so a moved run folder still works), else valid's, else best.pt; a folder without a finished model is an error
     that points to last.pt; a file path is returned unchanged."""
-    from nmt.checkpoint import CheckpointError, run_model
+    from nmt.models.checkpoint import CheckpointError, run_model
 
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
@@ -375,7 +377,7 @@ def test_lines_of_characters_that_normalization_removes_are_empty(loaded, compos
 
 
 def test_an_unreadable_input_or_unwritable_output_is_named(tmp_path):
-    from nmt.textio import TextFileError, check_writable, read_lines
+    from nmt.data.textio import TextFileError, check_writable, read_lines
 
     if os.geteuid() == 0:
         pytest.skip("root reads and writes regardless of permissions")
@@ -399,7 +401,7 @@ def test_an_output_where_no_file_can_be_created_is_refused_even_for_root(monkeyp
     """/sys refuses new files even to root, whom os.access lets pass: the check must try, not trust the
     permission bits (a newcomer's translate.py run with output=/sys/x.en failed only after decoding, before
     this). os.access is made to say yes here, as it does for root, so the test holds for any user."""
-    from nmt.textio import TextFileError, check_writable
+    from nmt.data.textio import TextFileError, check_writable
 
     if not os.path.isdir("/sys/kernel"):
         pytest.skip("needs Linux's sysfs")
@@ -413,7 +415,7 @@ def test_an_output_where_no_file_can_be_created_is_refused_even_for_root(monkeyp
 def test_decoding_settings_are_checked_with_the_shortest_source_in_mind():
     from omegaconf import OmegaConf
 
-    from nmt.evaluate import check_decoding
+    from nmt.decoding.options import check_decoding
 
     base = {"batch_size": 64, "max_src_len": 250, "length_penalty": 0.6}
     # the limit max_len_a * S + max_len_b is truncated to whole subwords; S >= 2 (a subword and </s>)
@@ -429,7 +431,7 @@ def test_mbr_settings_are_checked():
     from before these settings (no keys) decodes without MBR."""
     from omegaconf import OmegaConf
 
-    from nmt.evaluate import check_decoding
+    from nmt.decoding.options import check_decoding
 
     base = {"batch_size": 64, "max_src_len": 250, "length_penalty": 0.6, "max_len_a": 1.5, "max_len_b": 10}
     for ok in ({}, {"mbr": None}, {"mbr": "bleu", "mbr_temperature": 2}, {"mbr": "bleu", "mbr_temperature": float("inf")}):
@@ -451,7 +453,7 @@ def test_mbr_settings_in_scores_files_are_json():
 
     from omegaconf import OmegaConf
 
-    from nmt.evaluate import mbr_settings
+    from nmt.decoding.options import mbr_settings
 
     on = OmegaConf.create({"mbr": "bleu", "mbr_temperature": float("inf")})
     assert mbr_settings(on, 5) == {"mbr": "bleu", "mbr_temperature": "inf"}
@@ -464,7 +466,7 @@ def test_mbr_settings_in_scores_files_are_json():
 
 def test_translations_that_stop_at_the_length_limit_are_flagged(loaded, compose_cfg):
     """translate.py warns about them (lines cut short by max_len_a / max_len_b used to pass silently)."""
-    from nmt.evaluate import Translation, at_length_limit
+    from nmt.decoding.translation import Translation, at_length_limit
 
     model, _, src_tok, tgt_tok, _ = loaded
     lines = ["Ein Hund läuft über die Wiese.", "", "Zwei Männer spielen Fußball im Park."]
@@ -481,14 +483,14 @@ def test_translations_that_stop_at_the_length_limit_are_flagged(loaded, compose_
 
 def test_output_to_dev_stdout_on_a_pipe(repo_root):
     """/dev/stdout resolves to a name like pipe:[123] that does not exist; it is written to, not refused."""
-    code = ("from nmt.textio import atomic_write, check_writable; check_writable('/dev/stdout', 'output'); "
+    code = ("from nmt.data.textio import atomic_write, check_writable; check_writable('/dev/stdout', 'output'); "
             "atomic_write('/dev/stdout', 'Ein Hund.\\n')")
     proc = subprocess.run([sys.executable, "-c", code], check=False, cwd=repo_root, capture_output=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout == b"Ein Hund.\n", proc.stderr.decode()
 
 
 def test_a_bad_threads_setting_is_named():
-    from nmt.checkpoint import set_threads
+    from nmt.models.device import set_threads
 
     for bad in ("abc", 0, -2, 1.5, True):
         with pytest.raises(ValueError, match=rf"threads={bad} must be a whole number"):
@@ -496,7 +498,7 @@ def test_a_bad_threads_setting_is_named():
 
 
 def test_save_alignments_puts_the_tokens_beside_the_npz(loaded, compose_cfg, tmp_path):
-    from nmt.evaluate import save_alignments
+    from nmt.decoding.artifacts import save_alignments
 
     model, _, src_tok, tgt_tok, _ = loaded
     hyps = translate(model, src_tok, tgt_tok, ["Ein Hund."], compose_cfg(TINY).decode, "cpu", beam_size=1)
@@ -514,4 +516,26 @@ def test_an_unusable_device_is_named(name, message):
     if name == "cuda" and torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     with pytest.raises(ValueError, match=rf"device={name}\W.*{message}"):
-        checkpoint.pick_device(name)
+        pick_device(name)
+
+
+def test_a_checkpoint_from_before_the_package_layout_translates_identically(loaded, tiny_run, tmp_path, compose_cfg):
+    """Checkpoints written while the score models lived in ``nmt.attention`` name that module in their config:
+    they load, name the new module, and translate exactly as the same weights under the new name."""
+    import torch
+
+    payload = torch.load(tiny_run / "checkpoints" / "best.pt", weights_only=True)
+    target = payload["config"]["attention"]["_target_"]
+    assert target.startswith("nmt.models.attention.")
+    payload["config"]["attention"]["_target_"] = target.replace("nmt.models.attention.", "nmt.attention.")
+    torch.save(payload, tmp_path / "old.pt")
+    old_model, old_cfg, old_src, old_tgt, _ = checkpoint.load(tmp_path / "old.pt")
+    assert old_cfg.attention._target_ == target
+    model, _, src_tok, tgt_tok, _ = loaded
+    decode = compose_cfg(["decode.beam_size=2"]).decode
+    sentences = ["Ein Hund rennt über die Wiese.", "Zwei Männer spielen Fußball.", ""]
+    before = translate(old_model, old_src, old_tgt, sentences, decode)
+    after = translate(model, src_tok, tgt_tok, sentences, decode)
+    assert [t.text for t in before] == [t.text for t in after]
+    for a, b in zip(before, after):
+        np.testing.assert_array_equal(a.alignment, b.alignment)

@@ -15,9 +15,11 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from nmt.attention import Additive, Dot, General, LocalP
-from nmt.model import Decoder, Encoder, Seq2Seq
-from nmt.search import greedy
+from nmt.decoding.search import greedy
+from nmt.models.attention import Additive, Dot, General, LocalP
+from nmt.models.decoder import Decoder
+from nmt.models.encoder import Encoder
+from nmt.models.seq2seq import Seq2Seq
 
 PAD, BOS, EOS = 0, 2, 3
 DIGIT0, V = 4, 14  # digits 0-9 are ids 4..13

@@ -1,0 +1,198 @@
+"""Alignment error rate (AER), precision and recall of word alignments against gold alignments, and its command.
+
+AER follows Och and Ney (2003), "A Systematic Comparison of Various Statistical Alignment Models",
+Computational Linguistics 29(1), §5. A gold alignment has *sure* links S and *possible* links P with S ⊆ P;
+for a hypothesis alignment A, summed over the corpus::
+
+    precision = |A ∩ P| / |A|        recall = |A ∩ S| / |S|
+    AER       = 1 - (|A ∩ S| + |A ∩ P|) / (|A| + |S|)
+
+Every A with S ⊆ A ⊆ P scores AER 0; with only sure links P = S and AER is 1 - F1. The gold formats are read by
+:mod:`nmt.analysis.gold`.
+
+Command line::
+
+    python -m nmt.aer --gold FILE --hyp FILE [--gold-format naacl|pharaoh] [--one-based] [--target-first]
+                      [--hyp-one-based] [--hyp-target-first] [--src FILE --tgt FILE | --bitext FILE]
+
+prints ``AER 0.1234  precision 0.9000  recall 0.8000  (sure N, possible M, hypothesis K links, S sentences)``,
+where ``possible`` counts P including S.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from nmt.analysis.gold import FORMATS, AlignmentWarning, Link, read_alignments, read_lengths, read_pharaoh
+
+
+@dataclass(frozen=True)
+class AERResult:
+    """Corpus-level scores and counts of :func:`aer` (Och and Ney 2003).
+
+    ``precision`` is NaN when the hypothesis has no links, ``recall`` when the gold has no sure links, and
+    ``aer`` when both are empty. ``possible`` counts P including S.
+    """
+
+    aer: float
+    precision: float
+    recall: float
+    sentences: int
+    sure: int
+    possible: int
+    hypothesis: int
+    hyp_and_sure: int
+    hyp_and_possible: int
+
+    def __str__(self) -> str:
+        return (
+            f"AER {self.aer:.4f}  precision {self.precision:.4f}  recall {self.recall:.4f}  "
+            f"(sure {self.sure}, possible {self.possible}, hypothesis {self.hypothesis} links, "
+            f"{self.sentences} sentences)"
+        )
+
+
+def aer(
+    sure: Sequence[Iterable[Link]],
+    possible: Sequence[Iterable[Link]] | None,
+    hyp: Sequence[Iterable[Link]],
+) -> AERResult:
+    """Corpus AER, precision and recall of hypothesis links against gold sure/possible links
+    (Och and Ney 2003).
+
+    Counts are summed over sentences before dividing (corpus level, as in the WPT 2003 evaluation). Each
+    sentence's P is taken as ``possible ∪ sure``; ``possible=None`` means P = S.
+
+    Args:
+        sure: per sentence, the gold sure links S.
+        possible: per sentence, the gold possible links (with or without the sure ones), or None.
+        hyp: per sentence, the hypothesis links A.
+    Raises:
+        ValueError: the numbers of sentences differ (all counts in the message).
+    """
+    if possible is None:
+        possible = [()] * len(sure)
+    if not len(sure) == len(possible) == len(hyp):
+        raise ValueError(
+            f"different numbers of sentences: gold sure {len(sure)}, gold possible {len(possible)}, "
+            f"hypothesis {len(hyp)}"
+        )
+    n_sure = n_possible = n_hyp = a_s = a_p = 0
+    for s_links, p_links, a_links in zip(sure, possible, hyp):
+        s_set = set(s_links)
+        p_set = set(p_links) | s_set
+        a_set = set(a_links)
+        n_sure += len(s_set)
+        n_possible += len(p_set)
+        n_hyp += len(a_set)
+        a_s += len(a_set & s_set)
+        a_p += len(a_set & p_set)
+    nan = math.nan
+    return AERResult(
+        aer=1.0 - (a_s + a_p) / (n_hyp + n_sure) if n_hyp + n_sure else nan,
+        precision=a_p / n_hyp if n_hyp else nan,
+        recall=a_s / n_sure if n_sure else nan,
+        sentences=len(sure),
+        sure=n_sure,
+        possible=n_possible,
+        hypothesis=n_hyp,
+        hyp_and_sure=a_s,
+        hyp_and_possible=a_p,
+    )
+
+
+def _zero_never_used(links: Sequence[set[Link]]) -> bool:
+    """True when a non-trivial corpus never uses index 0 on either side: likely a 1-based file read as
+    0-based."""
+    all_links = [link for sentence in links for link in sentence]
+    return len(all_links) >= 20 and all(s > 0 for s, _ in all_links) and all(t > 0 for _, t in all_links)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m nmt.aer``: score a Pharaoh hypothesis file against a gold file; prints one line (see the
+    module docstring). Returns 0, or 1 with ``error: ...`` on stderr for unreadable or mismatched files."""
+    parser = argparse.ArgumentParser(
+        prog="python -m nmt.aer",
+        description="Alignment error rate, precision and recall (Och and Ney 2003) of a Pharaoh hypothesis "
+        "against gold sure/possible links.",
+    )
+    parser.add_argument("--gold", required=True, help="gold alignments (plain or .gz)")
+    parser.add_argument(
+        "--hyp", required=True, help="hypothesis alignments, Pharaoh i-j, one line per sentence"
+    )
+    parser.add_argument(
+        "--gold-format",
+        choices=FORMATS,
+        default="pharaoh",
+        help="pharaoh: i-j sure, i?j / ipj possible; naacl: 'sent i j [S|P] [conf]' (default pharaoh)",
+    )
+    parser.add_argument("--one-based", action="store_true", help="gold positions count from 1")
+    parser.add_argument(
+        "--target-first", action="store_true", help="gold links give the target position first"
+    )
+    parser.add_argument("--hyp-one-based", action="store_true", help="hypothesis positions count from 1")
+    parser.add_argument(
+        "--hyp-target-first", action="store_true", help="hypothesis links give the target position first"
+    )
+    parser.add_argument("--src", help="source sentences (the gold's source side): drop out-of-range links")
+    parser.add_argument("--tgt", help="target sentences, parallel to --src")
+    parser.add_argument("--bitext", help="'source ||| target' sentences instead of --src/--tgt")
+    args = parser.parse_args(argv)
+    if args.bitext and (args.src or args.tgt):
+        parser.error("give either --bitext or --src and --tgt")
+    if bool(args.src) != bool(args.tgt):
+        parser.error("--src and --tgt go together")
+
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", AlignmentWarning)
+            lengths = None
+            if args.bitext:
+                lengths = read_lengths(args.bitext)
+            elif args.src:
+                lengths = read_lengths(args.src, args.tgt)
+            gold = read_alignments(
+                args.gold,
+                args.gold_format,
+                one_based=args.one_based,
+                target_first=args.target_first,
+                lengths=lengths,
+            )
+            hyp = read_pharaoh(
+                args.hyp, one_based=args.hyp_one_based, target_first=args.hyp_target_first, lengths=lengths
+            )
+        for warning in caught:
+            print(f"warning: {warning.message}", file=sys.stderr)
+        for name, alignments, flag in (
+            (args.gold, gold.possible, args.one_based),
+            (args.hyp, hyp.links, args.hyp_one_based),
+        ):
+            if not flag and _zero_never_used(alignments):
+                print(f"warning: {name}: no link uses position 0; is the file 1-based?", file=sys.stderr)
+        for name, alignments, flag in ((args.gold, gold, args.one_based), (args.hyp, hyp, args.hyp_one_based)):
+            if flag and alignments.null_links:
+                print(f"warning: {name}: {alignments.null_links} link(s) use position 0, which a 1-based file "
+                      "reserves for NULL, and were skipped; is the file 0-based?", file=sys.stderr)
+        if len(gold) != len(hyp):
+            hint = ""
+            if args.gold_format == "naacl" and lengths is None and len(gold) < len(hyp):
+                hint = (
+                    " (a NAACL file cannot show trailing sentences without links: "
+                    "pass --src/--tgt or --bitext)"
+                )
+            raise ValueError(f"{args.gold} has {len(gold)} sentences but {args.hyp} has {len(hyp)}{hint}")
+        result = aer(gold.sure, gold.possible, hyp.links)
+    except (OSError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

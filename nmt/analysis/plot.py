@@ -1,0 +1,292 @@
+"""Attention heatmaps drawn from saved alignment files, never from a model (imports only nmt.analysis.gold and nmt.decoding.word_alignment).
+
+Reads the artifact contract of docs/design.md §2:
+
+* ``X.alignments.npz``: one float32 array per sentence, key = 0-based line index as a string, shape
+  ``[len(hypothesis_tokens), len(source_tokens)]``; an empty input line has a ``[0, 0]`` array.
+* ``X.alignments.jsonl`` (same path, ``.npz`` -> ``.jsonl``): one JSON object per line,
+  ``{"index": int, "source_tokens": [...], "hypothesis_tokens": [...]}`` with sentencepiece pieces.
+
+Token display: a word-initial piece is shown without its "▁" (``"▁Mann"`` -> ``"Mann"``); a piece that
+continues a word is shown with a leading middle dot (``"s"`` -> ``"·s"``), so word starts stay visible;
+special tokens (``"</s>"``) and byte pieces (``"<0xC3>"``) are shown as they are, a bare ``"▁"`` as ``"▁"``.
+
+With ``--gold FILE`` (a word alignment gold set, the format options of nmt.analysis.gold) the pieces are merged into
+words (nmt.decoding.word_alignment.merge_to_words, optionally ``--shift 1``) and the gold links of each sentence are drawn over
+the word-level attention: sure links as red squares, possible-only links as small red dots.
+
+Usage: ``python -m nmt.plot outputs/RUN/eval/test.alignments.npz --index 0 3 7 --out plots/``
+       ``python -m nmt.plot gold.npz --index 0 1 --gold enfr.gold.gz --one-based``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import struct
+import sys
+import tokenize
+import warnings
+import zipfile
+import zlib
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+
+# matplotlib.figure.Figure directly, never pyplot: no GUI backend is touched, the process-wide backend is
+# left alone, and there is no global figure registry to leak when plotting hundreds of sentences.
+from matplotlib.figure import Figure
+
+from nmt.analysis.gold import FORMATS, read_alignments
+from nmt.data.textio import check_writable
+from nmt.decoding.word_alignment import merge_to_words
+
+WORD_START = "\u2581"
+
+
+SPECIAL_TOKENS = frozenset({"</s>", "<s>", "<pad>", "<unk>"})
+
+
+CONT_MARK = "\u00b7"  # "·" before pieces that continue a word
+
+
+FONT = "DejaVu Sans"  # shipped with matplotlib; covers ä ö ü ß é è ç ř š ž ů
+
+
+INCH_PER_TOKEN = 0.28
+
+
+def display_token(piece: str) -> str:
+    """How one sentencepiece piece is written on an axis (see the module docstring)."""
+    if piece in SPECIAL_TOKENS or (piece.startswith("<0x") and piece.endswith(">")):
+        return piece
+    if piece.startswith(WORD_START):
+        return piece[len(WORD_START) :] or WORD_START
+    return CONT_MARK + piece
+
+
+def plot_alignment(
+    matrix: np.ndarray,
+    source_tokens: list[str],
+    hypothesis_tokens: list[str],
+    path: str | Path,
+    title: str | None = None,
+    sure: set[tuple[int, int]] | None = None,
+    possible: set[tuple[int, int]] | None = None,
+    words: bool = False,
+) -> Path:
+    """Write one heatmap PNG of a soft alignment, optionally with gold links drawn over it.
+
+    Source tokens go along the top (x axis, rotated 90°), hypothesis tokens down the side (y axis); colour
+    scale "Greys" fixed to 0..1 (dark = high weight) with a colorbar. The figure grows with the token counts
+    (about 0.28 inch per token) so sentences of 60 tokens stay readable.
+
+    Args:
+        matrix: ``[len(hypothesis_tokens), len(source_tokens)]`` attention weights ``A[t, s] = a_t(s)``.
+        source_tokens: ``[src_len]`` source pieces.
+        hypothesis_tokens: ``[hyp_len]`` hypothesis pieces.
+        path: where to write the PNG (parent folders are created).
+        title: optional figure title.
+        sure, possible: gold links ``(source_index, hypothesis_index)``, 0-based, drawn as red squares (sure)
+            and small red dots (possible and not sure); links outside the matrix raise ValueError.
+        words: the tokens are words (shown as they are), not sentencepiece pieces.
+    Returns:
+        the path written.
+    Raises:
+        ValueError: if the matrix is not 2-D, is empty, or its shape does not match the token counts.
+    """
+    a = np.asarray(matrix, dtype=np.float32)
+    expected = (len(hypothesis_tokens), len(source_tokens))
+    if a.shape != expected:
+        raise ValueError(
+            f"alignment matrix has shape {a.shape}, but the tokens give "
+            f"[len(hypothesis_tokens), len(source_tokens)] = {expected}"
+        )
+    if a.size == 0:
+        raise ValueError(f"nothing to plot: empty alignment matrix of shape {a.shape}")
+    hyp_len, src_len = expected
+    sure, possible = set(sure or ()), set(possible or ()) - set(sure or ())
+    outside = sorted(link for link in sure | possible if not (0 <= link[0] < src_len and 0 <= link[1] < hyp_len))
+    if outside:
+        raise ValueError(f"gold links {outside[:5]} (0-based) fall outside the {src_len} source x {hyp_len} "
+                         "hypothesis tokens: is the gold file 1-based (--one-based), target-first (--target-first), "
+                         "or for other sentences?")
+    show = (lambda token: token) if words else display_token
+    width = max(4.0, INCH_PER_TOKEN * src_len + 2.5)
+    height = max(3.0, INCH_PER_TOKEN * hyp_len + 2.0)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with matplotlib.rc_context({"font.family": FONT, "font.size": 10}):
+        fig = Figure(figsize=(width, height), layout="constrained")
+        ax = fig.add_subplot()
+        image = ax.imshow(a, cmap="Greys", vmin=0.0, vmax=1.0, aspect="equal", interpolation="nearest")
+        ax.set_xticks(range(src_len), [show(t) for t in source_tokens], rotation=90)
+        ax.set_yticks(range(hyp_len), [show(t) for t in hypothesis_tokens])
+        for links, marker, size, label in ((sure, "s", 160, "gold sure"), (possible, "o", 20, "gold possible")):
+            if links:
+                xs, ys = zip(*sorted(links))
+                ax.scatter(xs, ys, marker=marker, s=size, facecolors="none" if marker == "s" else "red",
+                           edgecolors="red", linewidths=1.5, label=label)
+        if sure or possible:
+            fig.legend(loc="outside lower center", ncols=2, fontsize=9, frameon=False)
+        ax.xaxis.tick_top()
+        ax.xaxis.set_label_position("top")
+        ax.set_xlabel("source")
+        ax.set_ylabel("hypothesis")
+        fig.colorbar(image, ax=ax, shrink=min(1.0, 0.3 + 0.05 * hyp_len), label="attention weight")
+        if title:
+            fig.suptitle(title)
+        fig.savefig(path, format="png", dpi=100)
+        fig.clear()
+    return path
+
+
+def _jsonl_path(npz_path: Path) -> Path:
+    return npz_path.with_suffix(".jsonl")
+
+
+def _index_range(keys: list[int]) -> str:
+    return f"{min(keys)}..{max(keys)}" if keys else "none (empty file)"
+
+
+# what numpy and zipfile raise for a truncated, damaged or foreign .npz
+_NPZ_ERRORS = (ValueError, zipfile.BadZipFile, zlib.error, EOFError, tokenize.TokenError, NotImplementedError,
+               struct.error, OSError)
+
+
+_REWRITE = "write it again with translate.py alignments=... or a training run's evaluation"
+
+
+def _unreadable(npz_path: Path, err: Exception) -> ValueError:
+    return ValueError(f"{npz_path} is not a readable .npz file ({type(err).__name__}: {err}): {_REWRITE}")
+
+
+def plot_npz(npz_path: str | Path, indices: list[int], out_dir: str | Path | None = None,
+             gold=None, shift: int = 0) -> list[Path]:
+    """Draw the heatmaps of some sentences of a saved ``X.alignments.npz`` (+ its sibling ``.jsonl``).
+
+    Writes ``out_dir/{stem}_{index}.png`` where ``stem`` is the file name without ``.alignments.npz``
+    (e.g. ``test_0.png`` for ``test.alignments.npz``). Each array is ``[len(hypothesis_tokens), len(source_tokens)]``. Empty
+    sentences (``[0, 0]`` arrays) are skipped with a warning.
+
+    Args:
+        npz_path: the ``.alignments.npz`` file.
+        indices: 0-based line indices to plot.
+        out_dir: output folder; default the npz's folder.
+        gold: optional :class:`nmt.aer.Alignments` whose sentence k belongs to npz index k: the matrix is then
+            merged into words (with ``shift``) and its gold links are drawn (``{stem}_{index}_gold.png``).
+        shift: rows to read ahead when merging (nmt.decoding.word_alignment.merge_to_words).
+    Returns:
+        the PNG paths written, in the order of ``indices``.
+    Raises:
+        FileNotFoundError: if the npz or the jsonl is missing.
+        KeyError: if an index is not in the npz or the jsonl (the message names the file and the range).
+        ValueError: if an array does not match its tokens, or a line of the jsonl is not a token record (file
+            and line named).
+    """
+    npz_path = Path(npz_path)
+    jsonl_path = _jsonl_path(npz_path)
+    if not npz_path.is_file():
+        raise FileNotFoundError(f"{npz_path} not found")
+    if not jsonl_path.is_file():
+        raise FileNotFoundError(f"{jsonl_path} not found (tokens for {npz_path})")
+    out = Path(out_dir) if out_dir is not None else npz_path.parent
+    records = {}
+    try:
+        lines = jsonl_path.read_text(encoding="utf-8").split("\n")  # not splitlines(): U+2028 may sit in a token
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{jsonl_path} is not UTF-8 text ({err}): {_REWRITE}") from err
+    for number, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                rec = json.loads(line)
+                if isinstance(rec["index"], bool) or not isinstance(rec["index"], int):
+                    raise TypeError(f"index {rec['index']!r} is not a whole number")
+                records[rec["index"]] = rec
+            except (ValueError, KeyError, TypeError) as err:  # not JSON, no "index", or not a whole number
+                raise ValueError(f"{jsonl_path}: line {number} is not a token record with an index "
+                                 f"({type(err).__name__}: {err}); {_REWRITE}") from err
+    written = []
+    try:
+        npz = np.load(npz_path, allow_pickle=False)
+    except _NPZ_ERRORS as err:
+        raise _unreadable(npz_path, err) from err
+    with npz:
+        try:
+            keys = sorted(int(k) for k in npz.files)
+        except ValueError as err:  # a damaged member name
+            raise _unreadable(npz_path, err) from err
+        indices = [int(index) for index in indices]
+        for index in indices:  # all of them before drawing any: a bad one leaves no partial set of plots
+            if str(index) not in npz.files:
+                raise KeyError(f"index {index} not in {npz_path}; available indices: {_index_range(keys)}")
+            if index not in records:
+                raise KeyError(
+                    f"index {index} not in {jsonl_path}; available indices: {_index_range(sorted(records))}"
+                )
+            if gold is not None and index >= len(gold):
+                raise KeyError(f"index {index} not in the gold file {gold.path} ({len(gold)} sentences)")
+        for index in indices:
+            try:
+                matrix = npz[str(index)]
+            except _NPZ_ERRORS as err:  # a damaged matrix shows only when it is read (CRC, zlib, npy header)
+                raise _unreadable(npz_path, err) from err
+            if matrix.size == 0:
+                warnings.warn(f"{npz_path}: sentence {index} is empty, skipped", stacklevel=2)
+                continue
+            rec = records[index]
+            stem = f"{npz_path.name.removesuffix('.npz').removesuffix('.alignments')}_{index}"
+            if gold is None:
+                written.append(plot_alignment(matrix, rec["source_tokens"], rec["hypothesis_tokens"],
+                                              out / f"{stem}.png", title=f"{npz_path.name} #{index}"))
+                continue
+            word_matrix, src_words, hyp_words = merge_to_words(matrix, rec["source_tokens"],
+                                                               rec["hypothesis_tokens"], shift=shift)
+            try:
+                written.append(plot_alignment(word_matrix, src_words, hyp_words, out / f"{stem}_gold.png",
+                                              title=f"{npz_path.name} #{index} (words, shift {shift}) + gold",
+                                              sure=gold.sure[index], possible=gold.possible[index], words=True))
+            except ValueError as err:
+                raise ValueError(f"{gold.path}, sentence {index + 1}: {err}") from None
+    return written
+
+
+def main(argv: list[str] | None = None) -> list[Path]:
+    """Command line: ``python -m nmt.plot FILE.alignments.npz [--index 0 3 7] [--out DIR] [--gold FILE
+    [--gold-format pharaoh|naacl] [--one-based] [--target-first] [--shift 1]]``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m nmt.plot", description="Draw attention heatmaps from a saved alignments.npz file."
+    )
+    parser.add_argument(
+        "npz", type=Path, help="X.alignments.npz (the sibling X.alignments.jsonl is read too)"
+    )
+    parser.add_argument(
+        "--index", type=int, nargs="+", default=[0], help="0-based sentence indices (default 0)"
+    )
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default: the npz's folder)")
+    parser.add_argument("--gold", type=Path, help="gold word alignments to draw over the word-level attention")
+    parser.add_argument("--gold-format", choices=FORMATS, default="pharaoh")
+    parser.add_argument("--one-based", action="store_true", help="gold positions count from 1")
+    parser.add_argument("--target-first", action="store_true", help="gold links give the target position first")
+    parser.add_argument("--shift", type=int, default=0, help="read target word t from attention row t+shift")
+    args = parser.parse_args(argv)
+    try:
+        if args.out is not None:  # before any work: a part of the path that is a file is named, not [Errno 20]
+            check_writable(args.out, "--out", folder=True)
+        gold = (read_alignments(args.gold, args.gold_format, one_based=args.one_based,
+                                target_first=args.target_first) if args.gold else None)
+        with warnings.catch_warnings(record=True) as caught:  # one line each on stderr, not Python's two
+            warnings.simplefilter("always")
+            paths = plot_npz(args.npz, args.index, args.out, gold=gold, shift=args.shift)
+    except (KeyError, ValueError, OSError) as err:  # OSError: a folder that cannot be written, a missing file
+        parser.error(str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err))
+    for warning in caught:
+        print(f"{parser.prog}: warning: {warning.message}", file=sys.stderr)
+    for p in paths:
+        print(p)
+    return paths
+
+
+if __name__ == "__main__":
+    main()

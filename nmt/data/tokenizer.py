@@ -1,0 +1,235 @@
+"""Subwords with SentencePiece (Kudo and Richardson 2018): training and a small Tokenizer wrapper.
+
+The special ids are fixed here, once, for every model this toolkit trains:
+``PAD_ID = 0``, ``UNK_ID = 1``, ``BOS_ID = 2``, ``EOS_ID = 3``.
+
+Byte fallback is on by default, so characters never seen in training are encoded as UTF-8 byte pieces
+(``<0xC3>`` ...) and survive an encode/decode round trip; ``decode`` turns byte pieces back into text and
+never emits a raw ``<0x..>`` piece. A hypothesis that contains ``<unk>`` (possible only with byte fallback
+off) is decoded to the surface string `` ⁇ `` (SentencePiece's own convention).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import sentencepiece as spm
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+
+
+PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
+
+
+_SPACES = re.compile(" {2,}")
+
+
+_LINE_BREAKS = re.compile("[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")  # what str.splitlines() splits on
+
+
+def train_spm(
+    sentences: Iterable[str],
+    model_path: str | Path,
+    vocab_size: int = 8000,
+    model_type: str = "bpe",
+    character_coverage: float = 1.0,
+    byte_fallback: bool = True,
+    input_sentence_size: int = 2_000_000,
+    seed_sentencepiece_size: int = 1_000_000,
+) -> Path:
+    """Train a SentencePiece model on ``sentences`` and write it to ``model_path`` (a ``.model`` file).
+
+    Args:
+        sentences: training text, one sentence per item (empty strings are skipped).
+        model_path: where the ``.model`` file goes; a ``.vocab`` file is written beside it.
+        vocab_size: number of pieces, including the four special ids above.
+        model_type: ``"bpe"`` or ``"unigram"``.
+        character_coverage: share of characters covered by single-character pieces (1.0 for Latin scripts).
+        byte_fallback: encode unseen characters as UTF-8 byte pieces instead of ``<unk>``.
+
+    Returns:
+        the path of the written model.
+
+    Raises:
+        ValueError: if ``model_type`` is unknown or there are no sentences.
+
+    A text too small for ``vocab_size`` gives a smaller vocabulary, not an error (``hard_vocab_limit=False``).
+    """
+    if model_type not in ("bpe", "unigram"):
+        raise ValueError(f"sentencepiece model_type must be 'bpe' or 'unigram', got {model_type!r}")
+    text = [s for s in sentences if s.strip()]
+    if not text:
+        raise ValueError("cannot train a sentencepiece model on no sentences")
+    model_path = Path(model_path)
+    model_path.parent.mkdir(parents=True, exist_ok=True)
+    proto = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(text),
+        model_writer=proto,
+        vocab_size=vocab_size,
+        model_type=model_type,
+        character_coverage=character_coverage,
+        byte_fallback=byte_fallback,
+        pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+        pad_piece=PAD, unk_piece=UNK, bos_piece=BOS, eos_piece=EOS,
+        input_sentence_size=input_sentence_size,
+        seed_sentencepiece_size=seed_sentencepiece_size,
+        shuffle_input_sentence=True,
+        hard_vocab_limit=False,
+        num_threads=2,
+        minloglevel=2,
+    )
+    tmp = model_path.with_suffix(".model.tmp")
+    tmp.write_bytes(proto.getvalue())
+    tmp.replace(model_path)
+    sp = spm.SentencePieceProcessor(model_proto=proto.getvalue())
+    vocab = "".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n" for i in range(sp.get_piece_size()))
+    tmp = model_path.with_suffix(".vocab.tmp")
+    tmp.write_text(vocab, encoding="utf-8")
+    tmp.replace(model_path.with_suffix(".vocab"))
+    return model_path
+
+
+def restrict_model_proto(model_proto: bytes, keep: Iterable[int]) -> bytes:
+    """A copy of a SentencePiece model in which every normal piece outside ``keep`` is marked unused, so that
+    (deterministic) encoding never produces it and segments such words into smaller kept pieces instead:
+    SentencePiece's vocabulary restriction (``spm_encode --vocabulary``), done on the model itself.
+    Needs ``protobuf`` (SentencePiece's model format)."""
+    from sentencepiece import sentencepiece_model_pb2 as pb  # protobuf, only needed here
+
+    model = pb.ModelProto()
+    model.ParseFromString(model_proto)
+    keep = set(keep)
+    for i, piece in enumerate(model.pieces):
+        if i not in keep and piece.type == pb.ModelProto.SentencePiece.NORMAL:
+            piece.type = pb.ModelProto.SentencePiece.UNUSED
+    return model.SerializeToString()
+
+
+class Tokenizer:
+    """A trained SentencePiece model with this toolkit's conventions.
+
+    ``encode`` gives ids ending in ``EOS_ID`` (and starting with ``BOS_ID`` when ``add_bos``); ``decode`` turns
+    ids back into detokenized text, dropping special ids. Built from a ``.model`` file or from its bytes
+    (checkpoints carry the bytes, so a checkpoint is self-contained).
+
+    With ``vocab`` (SentencePiece ids, see :meth:`restricted`) the tokenizer's ids are positions in that list:
+    a joint subword model can then give each side its own smaller vocabulary, the pieces that side actually
+    uses, which shrinks the target embedding and output layer (``tokenizer.restrict_vocab``). The special
+    ids stay 0-3 and byte pieces are always kept, so every text still round-trips.
+
+    Raises:
+        ValueError: if the bytes are not a SentencePiece model, the model's special ids differ from the fixed
+            ones above (a SentencePiece model not trained by :func:`train_spm`), or ``vocab`` lacks a special id.
+    """
+
+    def __init__(self, model_proto: bytes, name: str = "<bytes>", vocab: Iterable[int] | None = None):
+        self.name = name
+        self.model_proto = bytes(model_proto)
+        try:
+            self.sp = spm.SentencePieceProcessor(model_proto=self.model_proto)
+        except RuntimeError as err:  # SentencePiece's parse error names neither the file nor a fix
+            raise ValueError(f"{name} is not a readable SentencePiece model ({str(err).strip()})") from err
+        ids = (self.sp.pad_id(), self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id())
+        if ids != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
+            raise ValueError(
+                f"sentencepiece model {name} has special ids pad/unk/bos/eos = {ids}, expected "
+                f"{(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}: train it with nmt.data.tokenizer.train_spm"
+            )
+        self.vocab: list[int] | None = None
+        if vocab is not None:
+            self.vocab = sorted({int(i) for i in vocab})
+            if self.vocab[:4] != [PAD_ID, UNK_ID, BOS_ID, EOS_ID] or self.vocab[-1] >= self.sp.get_piece_size():
+                raise ValueError(f"{name}: a restricted vocabulary must hold the special ids 0-3 and ids of the "
+                                 f"model's {self.sp.get_piece_size()} pieces")
+            self.sp = spm.SentencePieceProcessor(model_proto=restrict_model_proto(self.model_proto, self.vocab))
+            self._to_spm = np.asarray(self.vocab, dtype=np.int64)
+            self._to_model = np.full(self.sp.get_piece_size(), UNK_ID, dtype=np.int64)
+            self._to_model[self._to_spm] = np.arange(len(self.vocab))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Tokenizer:
+        """Load a ``.model`` file.
+
+        Raises:
+            FileNotFoundError: naming the path, if it is missing.
+            ValueError: naming the path, if it is not a SentencePiece model of this toolkit (see the class).
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"sentencepiece model not found: {path}")
+        data = path.read_bytes()
+        try:
+            spm.SentencePieceProcessor(model_proto=data)
+        except RuntimeError as err:  # a damaged file: say how to replace it (checkpoints say so themselves)
+            raise ValueError(f"{path} is not a readable SentencePiece model ({str(err).strip()}): replace it with "
+                             "one trained by nmt.data.tokenizer.train_spm (in a run folder: delete its spm/ folder and "
+                             "the run trains it again)") from err
+        return cls(data, name=str(path))
+
+    def restricted(self, texts: Iterable[str]) -> Tokenizer:
+        """This model with the vocabulary restricted to the pieces ``texts`` use, plus the special ids and every
+        byte piece (so unseen characters still round-trip)."""
+        used = {PAD_ID, UNK_ID, BOS_ID, EOS_ID}
+        used.update(i for i in range(self.sp.get_piece_size()) if self.sp.is_byte(i))
+        for ids in self.sp.encode([t for t in texts if t.strip()]):
+            used.update(ids)
+        return Tokenizer(self.model_proto, self.name, vocab=used)
+
+    def __len__(self) -> int:
+        return len(self.vocab) if self.vocab is not None else self.sp.get_piece_size()
+
+    def _model_ids(self, ids: list[int]) -> list[int]:
+        return ids if self.vocab is None else self._to_model[ids].tolist()
+
+    def _spm_ids(self, ids: Iterable[int]) -> list[int]:
+        ids = [int(i) for i in ids]
+        return ids if self.vocab is None else self._to_spm[ids].tolist()
+
+    def encode(self, text: str, add_bos: bool = False, sample_alpha: float = 0.0) -> list[int]:
+        """Text -> ids ``[len]`` ending in EOS. ``sample_alpha > 0`` samples a segmentation (subword
+        regularization, Kudo 2018) instead of the best one."""
+        return self.encode_batch([text], add_bos, sample_alpha)[0]
+
+    def encode_batch(self, texts: list[str], add_bos: bool = False, sample_alpha: float = 0.0) -> list[list[int]]:
+        """Many texts at once (SentencePiece's threaded batch encode); each list ends in EOS.
+
+        ``sample_alpha > 0`` samples segmentations (subword regularization, Kudo 2018; BPE-dropout with
+        probability alpha for BPE models, Provilkov et al. 2020) in one thread, so that
+        ``spm.set_random_generator_seed`` makes the result reproducible. With a restricted vocabulary the
+        sampled pieces stay inside it (SentencePiece skips, or splits back into their parts, the pieces marked
+        unused); a sampled sentence that still held a piece outside it would get its best segmentation instead.
+        """
+        head = [BOS_ID] if add_bos else []
+        if sample_alpha > 0:
+            encoded = self.sp.encode(texts, enable_sampling=True, alpha=sample_alpha, nbest_size=-1, num_threads=1)
+        else:
+            encoded = self.sp.encode(texts)
+        ids = [self._model_ids(e) for e in encoded]
+        if sample_alpha > 0 and self.vocab is not None:
+            outside = [i for i, sentence in enumerate(ids) if UNK_ID in sentence]
+            for i, best in zip(outside, self.sp.encode([texts[i] for i in outside])):
+                ids[i] = self._model_ids(best)
+        return [head + sentence + [EOS_ID] for sentence in ids]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        r"""Ids -> detokenized text; pad/bos/eos ids are dropped, byte pieces are joined into characters, and the
+        spaces of bare "▁" pieces that nothing continues are collapsed (a generated ``["▁Ein", "▁", "▁Mann", "▁"]``
+        reads "Ein Mann", two words, as :func:`nmt.decoding.word_alignment.words_from_pieces` counts them). A generated line
+        break (the byte pieces ``<0x0A>``/``<0x0D>``, kept in every vocabulary by byte fallback, or any other
+        character that ``str.splitlines`` breaks at: ``\v``, ``\f``, U+001C-U+001E, U+0085, U+2028, U+2029) becomes
+        a space, so a translation is always one line and output files keep one line per input line."""
+        text = self.sp.decode(self._spm_ids(i for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)))
+        return _SPACES.sub(" ", _LINE_BREAKS.sub(" ", text)).strip(" ")
+
+    def pieces(self, ids: Iterable[int]) -> list[str]:
+        """Ids -> piece strings (``"▁Ein"``, ``"</s>"``), the labels used for alignment matrices and plots."""
+        return [self.sp.id_to_piece(i) for i in self._spm_ids(ids)]
+
+    def piece_to_id(self, piece: str) -> int:
+        """A piece string -> this tokenizer's id (UNK_ID for a piece outside a restricted vocabulary)."""
+        return self._model_ids([self.sp.piece_to_id(piece)])[0]

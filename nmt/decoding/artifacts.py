@@ -1,0 +1,74 @@
+"""The evaluation artifacts for a prefix ``P`` (for example ``eval/test``), as in design.md §2.
+
+``P.hyp`` (one detokenized hypothesis per input line), ``P.scores.json`` (BLEU and chrF with their sacreBLEU
+signatures), ``P.alignments.npz`` (one float32 ``[len(hypothesis_tokens), len(source_tokens)]`` array per line,
+key = 0-based line index), ``P.alignments.jsonl`` (the tokens of each matrix) and ``P.align`` (word-level
+hard alignments, Pharaoh ``i-j``); n-best lists. An empty input line gives an empty hypothesis, a ``[0, 0]``
+matrix and an empty alignment line.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from nmt.data.textio import atomic_write
+from nmt.decoding.translation import Translation
+from nmt.decoding.word_alignment import pharaoh_line
+
+log = logging.getLogger(__name__)
+
+
+def nbest_lines(nbest: list[list[Translation]]) -> str:
+    """An n-best list in the Moses format, one block of lines per input line (0-based index ``i``, best first):
+    ``i ||| hypothesis ||| log_prob= L length= N ||| score``, with L the log-probability in nats, N the
+    hypothesis length in target subwords (``</s>`` included) and score = L / length penalty + coverage penalty
+    (what the beam ranks by). With MBR decoding a feature ``mbr= U`` (the expected utility that ranked the block)
+    follows the length. An empty input line has one line with an empty hypothesis."""
+    return "".join(f"{i} ||| {t.text} ||| log_prob= {t.log_prob:.4f} length= {len(t.hyp_pieces)}"
+                   + ("" if t.expected_utility is None else f" mbr= {t.expected_utility:.4f}")
+                   + f" ||| {t.score:.4f}\n" for i, block in enumerate(nbest) for t in block)
+
+
+def save_results(prefix: str | Path, translations: list[Translation], scores: dict | None = None) -> None:
+    """Write ``prefix.hyp``, ``.alignments.npz``, ``.alignments.jsonl``, ``.align`` and (with scores)
+    ``.scores.json``; every file is written atomically."""
+    prefix = str(prefix)
+    atomic_write(prefix + ".hyp", "".join(t.text + "\n" for t in translations))
+    save_alignments(prefix + ".alignments.npz", translations)
+    atomic_write(prefix + ".align", "".join(
+        (pharaoh_line(t.alignment, t.src_pieces, t.hyp_pieces) if t.hyp_pieces else "") + "\n"
+        for t in translations))
+    if scores is not None:
+        atomic_write(prefix + ".scores.json", json.dumps(scores, indent=2, ensure_ascii=False) + "\n")
+
+
+def check_npz_path(path: str | Path, key: str = "alignments") -> None:
+    """Check that the alignments file ``path`` (the setting ``key``) ends in ``.npz``: the tokens of the matrices
+    go to the ``.jsonl`` beside it, where :func:`nmt.plot.plot_npz` looks for them.
+
+    Raises:
+        ValueError: naming the setting, for another suffix.
+    """
+    if not str(path).endswith(".npz"):
+        raise ValueError(f"{key}={path} must end in .npz (its tokens go to the .jsonl beside it)")
+
+
+def save_alignments(npz_path: str | Path, translations: list[Translation]) -> None:
+    """The alignment matrices (``npz_path``) and their tokens (same path with ``.jsonl``), atomically.
+
+    Raises:
+        ValueError: when ``npz_path`` does not end in ``.npz`` (the tokens file is named after it, and
+            :func:`nmt.plot.plot_npz` looks for it there).
+    """
+    check_npz_path(npz_path)
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **{str(i): t.alignment for i, t in enumerate(translations)})
+    atomic_write(npz_path, buffer.getvalue())
+    jsonl = "".join(json.dumps({"index": i, "source_tokens": t.src_pieces, "hypothesis_tokens": t.hyp_pieces},
+                               ensure_ascii=False) + "\n" for i, t in enumerate(translations))
+    atomic_write(Path(npz_path).with_suffix(".jsonl"), jsonl)

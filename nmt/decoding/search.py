@@ -1,0 +1,222 @@
+"""Greedy and beam search over a :class:`nmt.models.decoder.Seq2Seq`, both batched over sentences.
+
+Every hypothesis carries its alignment: the attention rows of its own history, ``[len(ids), S_b]`` with S_b
+the real source length of its sentence (EOS included). The model must be in eval mode; the caller chooses
+the device. Hypotheses always end in EOS: at the maximum length ``max_len_a * S_b + max_len_b`` EOS is forced.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from nmt.models.seq2seq import Seq2Seq
+
+PAD_ID, BOS_ID, EOS_ID = 0, 2, 3  # the ids fixed in nmt.data.tokenizer (kept literal here: search does not import it)
+
+
+class Hypothesis(NamedTuple):
+    """One translation: ids ``[n]`` (no BOS, ending in EOS), score = log_prob / length penalty + coverage penalty,
+    log_prob = Σ log p(y_t) in nats, alignment ``[n, S_b]`` float (row t = attention when emitting ids[t])."""
+
+    ids: list[int]
+    score: float
+    log_prob: float
+    alignment: torch.Tensor
+
+
+def length_penalty(length: torch.Tensor | int, alpha: float) -> torch.Tensor | float:
+    """GNMT length penalty ``lp(Y) = ((5 + |Y|) / 6) ** alpha`` (Wu et al. 2016, eq. 14); 1 for alpha = 0.
+    ``length``: |Y| in tokens (``</s>`` included), an int or a tensor ``[B]`` (the result is then ``[B]``)."""
+    return ((5 + length) / 6) ** alpha
+
+
+COVERAGE_FLOOR = 1e-6  # smallest coverage the penalty's log sees: a source token never attended costs log(1e-6)
+
+
+def coverage_penalty(alignment: torch.Tensor, beta: float) -> float:
+    """GNMT coverage penalty ``cp(X; Y) = beta * Σ_i log(min(Σ_j p_ij, 1))`` (Wu et al. 2016, eq. 14), i over
+    the source words and j over the hypothesis tokens: alignment ``[|Y|, S]`` (row j = the attention when
+    emitting y_j, the ``</s>`` row included; the S source columns end in the source ``</s>``, which is not a
+    word to translate and is left out) -> a number <= 0 in nats, 0 when every source token received a total
+    attention of at least 1 (and for beta = 0).
+
+    The total attention of a source token is floored at ``COVERAGE_FLOOR`` before the log, so that a token
+    that no step attended to (exactly 0 outside local-p's window) costs ``beta * log(1e-6)`` instead of -inf,
+    and hypotheses that all miss a token are still ranked.
+    """
+    if beta == 0:
+        return 0.0
+    coverage = alignment[:, :-1].double().sum(dim=0).clamp(min=COVERAGE_FLOOR, max=1.0)  # [S - 1]
+    return beta * float(coverage.log().sum())
+
+
+def log_probs(logits: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+    """Logits ``[..., V]`` -> log-probabilities ``[..., V]`` in float32, with PAD and BOS never generated.
+
+    ``inplace=True`` writes the two -inf columns into float32 ``logits`` itself (the search's own step output)
+    instead of copying them; the argument is left unchanged otherwise."""
+    never = torch.tensor([PAD_ID, BOS_ID], device=logits.device)
+    logits = logits.float()
+    fill = logits.index_fill_ if inplace else logits.index_fill
+    return torch.log_softmax(fill(-1, never, float("-inf")), dim=-1)
+
+
+def max_lengths(src_mask: torch.Tensor, max_len_a: float, max_len_b: int) -> torch.Tensor:
+    """Per-sentence output limit ``[B]`` in tokens (EOS included): ``max_len_a * S_b + max_len_b``, at least 1."""
+    return (max_len_a * src_mask.sum(dim=1) + max_len_b).long().clamp(min=1)
+
+
+@torch.no_grad()
+def greedy(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, max_len_a: float = 1.5,
+           max_len_b: int = 10, length_penalty_alpha: float = 0.0,
+           gate_table: torch.Tensor | None = None, coverage_penalty_beta: float = 0.0) -> list[Hypothesis]:
+    """Greedy decoding: the argmax token at each step.
+
+    Args:
+        src: ``[B, S]`` source ids; src_mask: ``[B, S]`` bool, True on real tokens.
+        gate_table: ``model.decoder.input_gate_table()`` ``[V, 3H]``, built once for many batches (faster
+            steps, same result), or None.
+        length_penalty_alpha, coverage_penalty_beta: enter only the reported score (one hypothesis per sentence).
+
+    Returns:
+        one :class:`Hypothesis` per sentence, in batch order.
+
+    Raises:
+        ValueError: for a negative alpha or beta (a reward, not a penalty).
+    """
+    if length_penalty_alpha < 0 or coverage_penalty_beta < 0:
+        raise ValueError(f"need alpha >= 0 and beta >= 0; got alpha={length_penalty_alpha}, "
+                         f"beta={coverage_penalty_beta}")
+    memory, state = model.encode(src, src_mask)
+    B = src.size(0)
+    limits = max_lengths(src_mask, max_len_a, max_len_b)  # [B]
+    y = src.new_full((B,), BOS_ID)
+    finished = torch.zeros(B, dtype=torch.bool, device=src.device)
+    log_prob = torch.zeros(B, device=src.device)
+    tokens, weights = [], []
+    for t in range(int(limits.max())):
+        logits, state, w = model.decoder.step(y, state, memory, gate_table)
+        logp = log_probs(logits, inplace=True)  # [B, V]
+        y = logp.argmax(dim=-1).masked_fill(t + 1 >= limits, EOS_ID)  # [B]
+        log_prob += logp.gather(1, y.unsqueeze(1)).squeeze(1).masked_fill(finished, 0.0)
+        tokens.append(y)
+        weights.append(w)
+        finished |= y == EOS_ID
+        if bool(finished.all()):
+            break
+    tokens_bt = torch.stack(tokens, dim=1).tolist()  # [B, t]
+    weights_bts = torch.stack(weights, dim=1).float().cpu()  # [B, t, S]
+    src_lens = src_mask.sum(dim=1).tolist()
+    hyps = []
+    for b in range(B):
+        n = tokens_bt[b].index(EOS_ID) + 1
+        lp, alignment = float(log_prob[b]), weights_bts[b, :n, : src_lens[b]]
+        score = lp / length_penalty(n, length_penalty_alpha) + coverage_penalty(alignment, coverage_penalty_beta)
+        hyps.append(Hypothesis(tokens_bt[b][:n], score, lp, alignment))
+    return hyps
+
+
+@torch.no_grad()
+def beam(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, beam_size: int = 5,
+         length_penalty_alpha: float = 0.0, max_len_a: float = 1.5, max_len_b: int = 10,
+         n_best: int = 1, gate_table: torch.Tensor | None = None,
+         coverage_penalty_beta: float = 0.0) -> list[list[Hypothesis]]:
+    """Beam search, batched over sentences and beams (Sutskever et al. 2014; Wu et al. 2016, §7).
+
+    At each step the 2K best continuations of the K open beams are scored; EOS candidates among the top K are
+    finished, and the K best non-EOS candidates stay open. Finished hypotheses are ranked by
+    ``s(Y, X) = log_prob / lp(Y) + cp(X; Y)`` (Wu et al. 2016, eq. 14: length penalty and coverage penalty);
+    open beams by their log-prob. A sentence stops when it has ``n_best`` finished hypotheses and no open beam
+    can still beat the n-best-th of them (their log-prob only falls, ``lp`` is largest at the maximum
+    length and ``cp <= 0``), or when it reaches its maximum length; its K rows then leave the batch, so the
+    remaining steps compute only sentences that are still searching.
+
+    Args:
+        src: ``[B, S]``; src_mask: ``[B, S]`` bool. beam_size: K >= 1. length_penalty_alpha: alpha >= 0.
+        n_best: how many hypotheses to return per sentence (<= beam_size).
+        gate_table: ``model.decoder.input_gate_table()`` ``[V, 3H]`` or None, as for :func:`greedy`.
+        coverage_penalty_beta: beta >= 0 of :func:`coverage_penalty`, computed from each finished hypothesis'
+            own alignment; 0 ranks by the length-normalized log-prob alone.
+
+    Returns:
+        per sentence, its ``n_best`` hypotheses, best first (fewer only when the length limit leaves fewer
+        distinct ones, e.g. a limit of 1 token, where every hypothesis is the forced ``</s>``).
+
+    Raises:
+        ValueError: for beam_size < 1, n_best outside [1, beam_size], a negative alpha or a negative beta.
+    """
+    K = beam_size
+    if K < 1 or not 1 <= n_best <= K or length_penalty_alpha < 0 or coverage_penalty_beta < 0:
+        raise ValueError(f"need beam_size >= 1, 1 <= n_best <= beam_size, alpha >= 0 and beta >= 0; got "
+                         f"beam_size={K}, n_best={n_best}, alpha={length_penalty_alpha}, "
+                         f"beta={coverage_penalty_beta}")
+    B, S = src.shape
+    device = src.device
+    memory, state = model.encode(src, src_mask)  # memory stays [B, ...]: the K beams of a sentence share it
+    rows = torch.arange(B, device=device).repeat_interleave(K)  # [B*K] beam row -> sentence
+    limits = max_lengths(src_mask, max_len_a, max_len_b)  # [B]
+    bound_lp = length_penalty(limits.float(), length_penalty_alpha)  # [B]
+    src_lens = src_mask.sum(dim=1).tolist()
+    # Sentences still searching ("active", A of them, A*K beam rows); finished sentences leave the batch.
+    sentence = list(range(B))  # active position -> sentence index
+    scores = torch.full((B, K), float("-inf"), device=device)
+    scores[:, 0] = 0.0  # only one open beam per sentence at the start
+    y = src.new_full((B,), BOS_ID)  # the first step runs once per sentence: its K beams would be identical
+    tokens = src.new_zeros(B * K, 0)
+    attn = torch.zeros(B * K, 0, S, device=device)
+    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+    nbest_floor = torch.full((B,), float("-inf"), device=device)  # n-best-th finished score per sentence
+    for t in range(int(limits.max())):
+        A = len(sentence)
+        logits, state, w = model.decoder.step(y, state, memory, gate_table)
+        logp = log_probs(logits, inplace=True)  # [A*K, V]
+        if t == 0:  # [B] -> [B*K] rows; scores leave beams 1..K-1 at -inf until the first expansion
+            logp, w, state = logp.index_select(0, rows), w.index_select(0, rows), state.select(rows)
+        V = logp.size(1)
+        at_limit = (t + 1 >= limits).repeat_interleave(K)  # [A*K]
+        if bool(at_limit.any()):
+            eos_logp = logp[:, EOS_ID].clone()
+            logp[at_limit] = float("-inf")
+            logp[at_limit, EOS_ID] = eos_logp[at_limit]
+        cand = logp.add_(scores.view(-1, 1)).view(A, K * V)  # logp is not read again
+        top_scores, top_idx = cand.topk(min(2 * K, K * V), dim=1)  # [A, 2K]
+        src_row = top_idx // V + (torch.arange(A, device=device) * K).unsqueeze(1)  # [A, 2K] rows of the A*K beams
+        tok = top_idx % V
+        is_eos = tok == EOS_ID
+        final = is_eos[:, :K] & torch.isfinite(top_scores[:, :K])  # [A, K]
+        final_a, final_j = final.nonzero(as_tuple=True)  # [F] each, in (sentence, rank) order
+        if final_a.numel():  # the F hypotheses closed at this step, gathered in one call per tensor
+            r = src_row[final_a, final_j]  # [F] their beam rows
+            ids = tokens[r].tolist()
+            aligns = torch.cat([attn[r], w[r].unsqueeze(1)], dim=1).float().cpu()  # [F, t+1, S]
+            lp = length_penalty(t + 1, length_penalty_alpha)
+            for i, (a, raw) in enumerate(zip(final_a.tolist(), top_scores[final_a, final_j].tolist())):
+                b = sentence[a]
+                alignment = aligns[i, :, : src_lens[b]]
+                score = raw / lp + coverage_penalty(alignment, coverage_penalty_beta)
+                finished[b].append(Hypothesis(ids[i] + [EOS_ID], score, raw, alignment))
+                if len(finished[b]) >= n_best:
+                    nbest_floor[a] = sorted((h.score for h in finished[b]), reverse=True)[n_best - 1]
+        # Keep the K best non-EOS candidates (EOS ones sort last and are closed if they are still picked).
+        rank = torch.arange(is_eos.size(1), device=device) + is_eos.long() * is_eos.size(1)
+        keep = rank.argsort(dim=1)[:, :K]  # [A, K]
+        scores = top_scores.gather(1, keep).masked_fill(is_eos.gather(1, keep), float("-inf"))
+        best_open = scores.max(dim=1).values  # [A]
+        done = (t + 1 >= limits) | (nbest_floor >= best_open / bound_lp)  # [A]
+        if bool(done.all()):
+            break
+        new_rows = src_row.gather(1, keep)  # [A, K]
+        y = tok.gather(1, keep)  # [A, K]
+        if bool(done.any()):  # drop finished sentences: every later step computes only the open ones
+            live = (~done).nonzero().squeeze(1)  # [A']
+            sentence = [sentence[a] for a in live.tolist()]
+            scores, new_rows, y = scores[live], new_rows[live], y[live]
+            limits, bound_lp, nbest_floor = limits[live], bound_lp[live], nbest_floor[live]
+            memory = memory.select(live)  # one memory row per active sentence
+        new_rows, y = new_rows.view(-1), y.view(-1)
+        state = state.select(new_rows)
+        tokens = torch.cat([tokens[new_rows], y.unsqueeze(1)], dim=1)
+        attn = torch.cat([attn[new_rows], w[new_rows].unsqueeze(1)], dim=1)
+    return [sorted(f, key=lambda h: -h.score)[:n_best] for f in finished]

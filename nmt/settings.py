@@ -1,0 +1,89 @@
+"""Settings: the one module in ``nmt/`` that touches Hydra/OmegaConf (the entry scripts aside).
+
+Everything below the entry points and the training orchestration takes plain values or the config node it
+needs; this module turns configs into plain data and back, makes paths absolute, compares settings, and
+instantiates the ``_target_`` nodes (the attention factory) that the configs name.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+from hydra.utils import instantiate as hydra_instantiate
+from hydra.utils import to_absolute_path
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
+
+from nmt.data.textio import atomic_write
+
+TRAIN_PATHS = ("data.dir", "data.file", "data.train_src", "data.train_tgt", "data.valid_src", "data.valid_tgt",
+               "data.test_src", "data.test_tgt", "data.extra_train", "train.resume")
+
+
+TRANSLATE_PATHS = ("checkpoint", "input", "output", "alignments", "reference", "plots", "nbest")
+
+
+def absolute_paths(cfg: DictConfig, keys: tuple[str, ...]) -> None:
+    """Make the relative paths at the dotted ``keys`` absolute, against the directory the command was run from
+    (Hydra's original working directory), so they stay right whatever ``hydra.job.chdir`` is. A list
+    (``data.extra_train``) has the files of its entries made absolute. ``-`` (stdin or stdout), null and absent
+    keys are left alone."""
+    for key in keys:
+        value = OmegaConf.select(cfg, key)
+        if isinstance(value, ListConfig):  # data.extra_train: entries {paths: {LANG: FILE}} or {tsv: FILE}
+            for entry in (e for e in value if isinstance(e, DictConfig)):  # a malformed one: read_extra says so
+                if entry.get("tsv"):
+                    entry.tsv = to_absolute_path(str(entry.tsv))
+                if isinstance(entry.get("paths"), DictConfig):
+                    for lang, path in entry.paths.items():
+                        entry.paths[lang] = to_absolute_path(str(path))
+        elif value and value != "-":
+            OmegaConf.update(cfg, key, to_absolute_path(str(value)))
+
+
+def adopt(cfg: DictConfig, source: DictConfig, keys: tuple[str, ...]) -> DictConfig:
+    """A copy of ``cfg`` whose top-level nodes ``keys`` are those of ``source`` (e.g. a checkpoint's config when
+    resuming: its architecture, tokenizer and data, whatever the command line says)."""
+    out = copy.deepcopy(cfg)
+    with open_dict(out):
+        for key in keys:
+            out[key] = copy.deepcopy(source.get(key))
+    return out
+
+
+def differences(before, now, prefix: str) -> list[tuple[str, object, object]]:
+    """The leaves that differ between two config nodes (or plain values), as ``(dotted name, before, now)``."""
+    if isinstance(before, DictConfig):
+        before = OmegaConf.to_container(before, resolve=True)
+    if isinstance(now, DictConfig):
+        now = OmegaConf.to_container(now, resolve=True)
+    if isinstance(before, dict) and isinstance(now, dict):
+        return [d for key in sorted(set(before) | set(now), key=str)
+                for d in differences(before.get(key), now.get(key), f"{prefix}.{key}")]
+    return [] if before == now else [(prefix, before, now)]
+
+
+def save_config(cfg: DictConfig, path: str | Path) -> None:
+    """Write ``cfg`` as YAML, atomically, when ``path``'s folder exists (Hydra's ``.hydra/`` of a run)."""
+    if Path(path).parent.is_dir():
+        atomic_write(path, OmegaConf.to_yaml(cfg))
+
+
+def to_plain(cfg) -> dict:
+    """A config as plain, resolved containers (what a checkpoint stores; ``torch.load(weights_only=True)`` reads
+    it back)."""
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def from_plain(data: dict) -> DictConfig:
+    """A config rebuilt from plain containers (a checkpoint's stored config)."""
+    return OmegaConf.create(data)
+
+
+def instantiate(node):
+    """Hydra's ``instantiate`` of a ``_target_`` node (``_partial_: true`` gives a factory).
+
+    Raises:
+        hydra.errors.InstantiationException: for a target that cannot be imported or called with the node's keys.
+    """
+    return hydra_instantiate(node)

@@ -1,0 +1,93 @@
+"""Checks of the numeric settings before any work: a bad ``train.*``/``model.*``/``data.*`` value fails at once
+with a message naming the key.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from nmt.training.ema import DECAY_MEANING
+
+log = logging.getLogger(__name__)
+
+
+# Numeric settings checked before any work: key -> (whole number?, smallest allowed, null allowed?)
+NUMERIC_SETTINGS = {
+    "seed": (True, None, False),
+    "tokenizer.vocab_size": (True, 1, False), "tokenizer.sample_alpha": (False, 0.0, True),
+    "model.emb_size": (True, 1, False), "model.hidden_size": (True, 2, False),
+    "model.encoder_layers": (True, 1, False), "model.decoder_layers": (True, 1, False),
+    "model.dropout": (False, 0.0, False), "model.source_word_dropout": (False, 0.0, False),
+    "model.target_word_dropout": (False, 0.0, False),
+    "train.batch_tokens": (True, 1, False), "train.lr": (False, 0.0, False), "train.clip": (False, 0.0, False),
+    "train.label_smoothing": (False, 0.0, False), "train.lr_factor": (False, 0.0, False),
+    "train.ema_decay": (False, 0.5, True),
+    "train.lr_patience": (True, 0, False), "train.min_lr": (False, 0.0, True), "train.max_steps": (True, 1, True),
+    "train.max_epochs": (True, 1, True), "train.max_minutes": (False, 0.0, True), "train.valid_every": (True, 1, False),
+    "train.log_every": (True, 0, True), "train.patience": (True, 0, True), "train.keep_best": (True, 0, True),
+    "data.max_len": (True, 1, False), "data.train_limit": (True, 1, True), "data.eval_limit": (True, 1, True),
+    "eval.plots": (True, 0, True),
+}
+
+
+POSITIVE = ("train.lr", "train.clip", "train.lr_factor", "train.max_minutes")  # 0 would silently train nothing
+
+
+# (clip 0 zeroes gradients); a limit of 0 would silently mean none (the stop test reads 0 as unset)
+LIMITS = ("train.max_steps", "train.max_epochs", "train.max_minutes")
+
+
+MAY_BE_INF = ("train.clip",)  # clip=inf: no clipping; any other nan or inf trains on NaN
+
+
+HINTS = {"train.ema_decay": f" (or null: no average): {DECAY_MEANING}"}
+
+
+BELOW_ONE = ("model.dropout", "model.source_word_dropout", "model.target_word_dropout", "train.label_smoothing",
+             "train.lr_factor", "train.ema_decay")  # probabilities; factors that must shrink
+
+
+def _parses_as_number(text: str) -> bool:
+    """Whether ``text`` reads as a finite float (``"0.9"``, ``"1e-4"``; not ``"nan"``)."""
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
+
+
+def check_numbers(cfg) -> None:
+    """Refuse a numeric setting of ``NUMERIC_SETTINGS`` that is not a finite number (``train.max_minutes=one``,
+    nan, inf: ``train.lr=inf`` trained on NaN for the whole budget), not a whole number where one is needed
+    (``1e5`` is one), or below its smallest value, before any corpus or SentencePiece work. Keys missing from
+    ``cfg`` are skipped. ``POSITIVE`` keys must be above 0, ``BELOW_ONE`` keys below 1.
+
+    Raises:
+        ValueError: naming the key, the value given and what it takes.
+    """
+    for key, (whole, low, nullable) in NUMERIC_SETTINGS.items():
+        value = cfg
+        for part in key.split("."):
+            value = value.get(part, ...) if value is not ... else ...
+        if value is ... or (value is None and nullable):
+            continue
+        kind = "a whole number" if whole else "a number"
+        if whole and isinstance(value, float) and value.is_integer():
+            value = int(value)  # 1e5 on the command line
+        infinite_allowed = key in MAY_BE_INF and value == math.inf
+        if isinstance(value, float) and not whole and not math.isfinite(value) and not infinite_allowed:
+            either = " (or null: no limit)" if key in LIMITS else " (or null)" if nullable else ""
+            raise ValueError(f"{key}={value} must be a finite number{either}")
+        if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)):
+            quoted = isinstance(value, str) and _parses_as_number(value)  # train.lr="'0.001'": a string
+            shown, hint = (repr(value), ("; it is text: give it without quotes (or wrap an ${oc.env:...} in "
+                                        "${oc.decode:...})")) if quoted else (value, "")
+            either = " (or null)" if nullable else ""
+            raise ValueError(f"{key}={shown} must be {kind}{either}{hint}")  # noqa: TRY004 (a setting, not a type)
+        extra = (" (or null: no limit)" if key in LIMITS else "") + HINTS.get(key, "")
+        if key in POSITIVE and value <= 0:  # before the lower bound: -3 is refused as 0 is, "must be above 0"
+            raise ValueError(f"{key}={value} must be above 0{extra}")
+        if low is not None and value < low:
+            raise ValueError(f"{key}={value} must be {kind} >= {low}{extra}")
+        if key in BELOW_ONE and value >= 1:
+            raise ValueError(f"{key}={value} must be below 1{HINTS.get(key, '')}")

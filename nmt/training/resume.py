@@ -1,0 +1,149 @@
+"""Resuming: model, tokenizers and data settings from a checkpoint, and what the command line may change.
+
+A resumed run continues the same model on the same data: its architecture, tokenizers and corpus come from the
+checkpoint (``FROM_CHECKPOINT``), only the training settings from the command line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from nmt.analysis.curves import read_curve
+from nmt.data.textio import atomic_write
+from nmt.models import checkpoint
+from nmt.settings import adopt, differences
+from nmt.training.schedule import SCHEDULE_KEYS
+
+log = logging.getLogger(__name__)
+
+
+FROM_CHECKPOINT = ("model", "attention", "decoder", "tokenizer", "data")  # what a resumed run cannot change
+
+
+REPORTED_ELSEWHERE = ("resume", "ema_decay", "batch_tokens")  # train.* keys with a resume warning of their own
+
+
+BUDGET_KEYS = ("max_steps", "max_minutes", "max_epochs")  # what a resume changes to extend a run: logged as info
+
+
+def other_changes(ckpt_cfg, cfg, skip=()) -> list[tuple[str, object, object]]:
+    """The ``train.*`` and ``decode.*`` settings of a resumed run that differ from its checkpoint's, as
+    ``(dotted name, checkpoint's value, this run's value)``: validation, checkpointing and the final evaluation
+    follow this run's, so a resume by the run folder alone (``hydra.run.dir=RUN``) falls back to the defaults for
+    whatever the first command set (``train.valid_every``, a preset's ``decode.beam_size``). Left out: the keys in
+    ``skip`` and ``REPORTED_ELSEWHERE``, and keys one of the two configs lacks (a checkpoint from before the key
+    existed)."""
+    changed = []
+    for section, left_out in (("train", (*REPORTED_ELSEWHERE, *skip)), ("decode", ())):
+        before, now = ckpt_cfg.get(section) or {}, cfg.get(section) or {}
+        changed += [(f"{section}.{key}", before[key], now[key]) for key in sorted(set(before) & set(now), key=str)
+                    if key not in left_out and differences(before[key], now[key], key)]
+    return changed
+
+
+def _changed(before, now, keys) -> list[tuple[str, object, object]]:
+    """``(key, before[key], now[key])`` for each of ``keys`` whose value differs between two config nodes."""
+    return [(key, before.get(key), now.get(key)) for key in keys if before.get(key) != now.get(key)]
+
+
+def _yaml(value) -> str:
+    """A setting as it is written on the command line: ``null``, ``true``, ``0.5``."""
+    if value is None:
+        return "null"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def resume_from(path, cfg, run_dir: Path, device, overrides=()):
+    """Model, tokenizers and data config from a checkpoint to resume; its SentencePiece models are copied to
+    ``run_dir/spm``.
+
+    The architecture and the corpus (``data``, with its paths already absolute) come from the checkpoint's own
+    config, so a resumed run trains on the same data; a different one on the command line is ignored with a
+    warning, and so does a changed learning-rate schedule; the other ``train.*`` and ``decode.*`` settings that are
+    not the checkpoint's (:func:`other_changes`) are named in one warning and apply. Resuming into another run
+    folder copies the checkpoint's ``best.pt`` and ``step_N.pt`` along, and its run's ``metrics.jsonl`` records up
+    to the checkpoint's step, so the final evaluation and averaging still see them. ``train.ema_decay`` stays the
+    checkpoint's unless the command line's ``overrides`` set it (a resume by the run folder alone keeps averaging).
+    Returns ``(model, src_tok, tgt_tok, payload, cfg)``: ``cfg`` is the command line's config with those groups
+    (``FROM_CHECKPOINT``) taken from the checkpoint, so the checkpoints, logs and scores of the resumed run
+    describe the model it trains. The model holds the weights to train on: a checkpoint written with
+    ``train.ema_decay`` stores the average as its model and the raw weights as ``train_weights``; the model gets
+    the raw ones and ``payload["averaged_weights"]`` the average, for :func:`moving_average`.
+
+    Raises:
+        FileNotFoundError / nmt.checkpoint.CheckpointError: as :func:`nmt.checkpoint.load`, and for a checkpoint
+            that holds weights only (``step_N.pt``, ``averaged.pt``): resume from ``last.pt`` (or ``best.pt``),
+            and for ``train_weights`` that do not fit the model.
+    """
+    model, ckpt_cfg, src_tok, tgt_tok, payload = checkpoint.load(path, device)
+    missing = [key for key in ("optimizer", "progress", "rng") if key not in payload]
+    if missing:
+        raise checkpoint.CheckpointError(
+            f"{path} holds weights only (no {', '.join(missing)}), so training cannot continue from it: resume from "
+            f"the run's checkpoints/last.pt (or best.pt), or start a new run")
+    if payload.get("train_weights") is not None:  # written with train.ema_decay: model holds the average
+        payload["averaged_weights"] = {key: value.clone() for key, value in model.state_dict().items()}
+        try:
+            model.load_state_dict(payload["train_weights"])
+        except (RuntimeError, TypeError, AttributeError) as err:
+            raise checkpoint.CheckpointError(f"{path}: its train_weights (the raw weights to continue training) do not "
+                                             f"fit the model in its own config: {err}") from None
+    before, now = ckpt_cfg.train.get("ema_decay"), cfg.train.get("ema_decay")
+    if before is not None and not any(o.lstrip("+").startswith("train.ema_decay=") for o in overrides):
+        cfg.train.ema_decay = now = before  # a run resumed by its folder alone keeps averaging
+        log.info("resuming %s: train.ema_decay=%s from the checkpoint (train.ema_decay=null stops the average)",
+                 path, before)
+    if before != now:
+        log.warning("resuming %s: train.ema_decay was %s and is %s now: validation BLEU from here is of %s, but the "
+                    "best BLEU so far (best.pt, the plateau schedule, early stopping) was measured on %s", path,
+                    _yaml(before), _yaml(now), "the raw weights" if now is None else "a moving average",
+                    "the raw weights" if before is None else "the average")
+    for key in FROM_CHECKPOINT:
+        if changed := differences(ckpt_cfg.get(key), cfg.get(key), key):
+            log.warning("resuming %s: %s comes from the checkpoint, not from this run's settings: %s", path, key,
+                        "; ".join(f"{name}={before} (this run: {now})" for name, before, now in changed))
+    if ckpt_cfg.get("seed") is not None and ckpt_cfg.seed != cfg.get("seed"):
+        log.warning("resuming %s: seed=%s comes from the checkpoint (this run: %s), so the rest of the epoch is "
+                    "batched in the order it began with", path, ckpt_cfg.seed, cfg.get("seed"))
+    if ckpt_cfg.train.get("batch_tokens") != cfg.train.get("batch_tokens"):
+        log.warning("resuming %s: train.batch_tokens was %s and is %s now: the batches of the current epoch are cut "
+                    "anew, so until it ends some of its pairs are seen twice and others not at all", path,
+                    ckpt_cfg.train.get("batch_tokens"), cfg.train.get("batch_tokens"))
+    schedule = SCHEDULE_KEYS.get(ckpt_cfg.train.get("lr_scheduler"), SCHEDULE_KEYS["budget"])
+    if moved := _changed(ckpt_cfg.train, cfg.train, schedule):
+        log.warning("resuming %s: %s; the learning-rate schedule changes from here (repeat the original train.* "
+                    "settings to continue it unchanged)", path,
+                    "; ".join(f"train.{key} was {_yaml(before)} when it was saved and is {_yaml(now)} now"
+                              for key, before, now in moved))
+    if budget := _changed(ckpt_cfg.train, cfg.train, [key for key in BUDGET_KEYS if key not in schedule]):
+        log.info("resuming %s: the budget is %s", path, ", ".join(f"train.{key}={_yaml(now)} (it was {_yaml(before)})"
+                                                                  for key, before, now in budget))  # extending it
+    every_schedule_key = {key for keys in SCHEDULE_KEYS.values() for key in keys}  # another schedule's: no effect
+    if changed := other_changes(ckpt_cfg, cfg, skip=(*every_schedule_key, *BUDGET_KEYS)):
+        log.warning("resuming %s: settings that are not the checkpoint's apply from here: %s (repeat the run's own "
+                    "on the command line to keep them)", path,
+                    "; ".join(f"{name} was {_yaml(before)} and is {_yaml(now)} now" for name, before, now in changed))
+    source_dir, target_dir = Path(path).resolve().parent, (run_dir / "checkpoints").resolve()
+    if source_dir != target_dir:  # resuming into a new folder: bring the best checkpoints along
+        target_dir.mkdir(parents=True, exist_ok=True)
+        for kept in [source_dir / "best.pt", *sorted(source_dir.glob("step_*.pt"))]:
+            if kept.is_file() and not (target_dir / kept.name).exists():
+                checkpoint.write_payload(target_dir / kept.name, checkpoint.load_payload(kept))
+        # and the validations up to the checkpoint's step: averaging ranks the copied step_N.pt by them, and the
+        # new run's learning curve continues the old one
+        source_metrics, target_metrics = source_dir.parent / "metrics.jsonl", run_dir / "metrics.jsonl"
+        if source_metrics.is_file() and source_metrics.read_text(encoding="utf-8").strip() \
+                and not target_metrics.exists():
+            records = [r for r in read_curve(source_dir.parent).records if r["step"] <= payload["progress"]["step"]]
+            atomic_write(target_metrics, "".join(json.dumps(r) + "\n" for r in records))
+    spm_dir = run_dir / "spm"
+    spm_dir.mkdir(parents=True, exist_ok=True)
+    for name, tok in (("src", src_tok), ("tgt", tgt_tok)):
+        if not (spm_dir / f"{name}.model").is_file():
+            atomic_write(spm_dir / f"{name}.model", tok.model_proto)
+    cfg = adopt(cfg, ckpt_cfg, FROM_CHECKPOINT)
+    if ckpt_cfg.get("seed") is not None:
+        cfg.seed = ckpt_cfg.seed  # batches of epoch e come from seed + e: the skip only holds for the same order
+    return model.train(), src_tok, tgt_tok, payload, cfg

@@ -1,0 +1,134 @@
+"""``train(cfg, run_dir)``: the training run from start to end: settings checks, corpus, subwords, model (or
+the checkpoint it resumes), the loop (:mod:`nmt.training.loop`), then the final evaluation
+(:mod:`nmt.training.final`).
+
+The run directory follows design.md §2: ``spm/``, ``checkpoints/{best,last}.pt``, ``metrics.jsonl``,
+``eval/{split}.*`` (the configured decoder, beam search by default), ``eval/greedy/{split}.*`` and ``plots/``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import sentencepiece as spm
+import torch
+
+from nmt.data.batches import encode_pairs
+from nmt.data.corpus import Parallel, load_splits
+from nmt.decoding.options import check_decoding
+from nmt.models.build import build_model
+from nmt.models.device import pick_device, set_threads
+from nmt.settings import save_config
+from nmt.training.checks import check_numbers
+from nmt.training.final import final_evaluation
+from nmt.training.loop import train_loop
+from nmt.training.resume import resume_from
+from nmt.training.schedule import check_schedule, make_optimizer
+from nmt.training.state import Progress, moving_average, restore
+from nmt.training.subwords import prepare_tokenizers
+
+log = logging.getLogger(__name__)
+
+
+def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = ()) -> dict:
+    """Train, validate and evaluate one model as configured; return the final metrics.
+
+    Resumes from ``cfg.train.resume`` (a checkpoint path), or from ``run_dir/checkpoints/last.pt`` when the
+    run directory already holds one; the model, tokenizers and architecture then come from the checkpoint.
+    ``overrides``: the command line's ``key=value`` overrides, repeated in the resume command printed after
+    an interruption.
+
+    Returns:
+        a dict with ``valid_bleu`` (best greedy validation BLEU), per-split test/valid BLEU and chrF for
+        greedy and the configured decoder, ``steps``, ``train_minutes``, ``run_dir`` and ``stopped`` (why
+        training stopped). After SIGINT/SIGTERM there is no final evaluation and ``interrupted`` is True.
+
+    Raises (each with a message that names the setting or file; ``train.py`` prints it in one line):
+        ValueError: a setting out of range (``check_numbers``, ``check_schedule``, ``check_decoding``), or
+            SentencePiece models of an earlier attempt in ``run_dir`` trained with other settings.
+        nmt.data.DataError: a corpus or ``data.extra_train`` entry that cannot be read as configured.
+        nmt.checkpoint.CheckpointError: a checkpoint to resume from that is unreadable or of another model.
+        FileNotFoundError, nmt.data.textio.TextFileError: a corpus file that is missing or not UTF-8 text.
+        FloatingPointError: training diverged (a nan or inf gradient, see :func:`train_step`); names the step.
+    """
+    run_dir = Path(run_dir)
+    check_numbers(cfg)  # before the corpus and tokenizers: a bad setting fails at once
+    check_schedule(cfg.train)
+    check_decoding(cfg.decode.beam_size, 1, "decode.beam_size", cfg.decode)
+    torch.manual_seed(cfg.seed)
+    set_threads(cfg.get("threads"))
+    device = pick_device(cfg.device)
+    cfg, splits, model, toks, payload = start_or_resume(cfg, run_dir, device, overrides)
+    train_pairs, epoch_pairs = training_pairs(cfg, splits["train"], toks)
+    valid_pairs = encode_pairs(splits["valid"], *toks)
+    log.info("model: %.2fM parameters, attention=%s, decoder=%s, device=%s; %d training pairs; run folder %s",
+             sum(p.numel() for p in model.parameters()) / 1e6, type(model.decoder.attention).__name__,
+             cfg.decoder.style + ("" if model.decoder.input_feeding else " without input feeding"), device,
+             len(train_pairs), run_dir.resolve())
+    optimizer, scheduler = make_optimizer(model, cfg)
+    ema = moving_average(cfg.train, model, payload)
+    if ema is not None:
+        log.info("moving average of the weights (train.ema_decay=%s): validation and the model in every checkpoint "
+                 "are the average; best.pt and last.pt also keep the raw weights to resume from", cfg.train.ema_decay)
+    progress = Progress() if payload is None else restore(payload, optimizer, scheduler, cfg.train)
+    stop = train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, splits["valid"], toks, run_dir,
+                      device, progress, overrides, ema)
+    results = {"valid_bleu": progress.best_bleu, "steps": progress.step,
+               "train_minutes": progress.train_seconds / 60, "run_dir": str(run_dir), "stopped": stop}
+    if stop.startswith("interrupted"):
+        return {**results, "interrupted": True}
+    results.update(final_evaluation(cfg, splits, run_dir, device, progress.best_bleu))
+    log.info("final: %s", json.dumps(results))
+    log.info("done: test BLEU %s in %s (checkpoints/, eval/, plots/)",
+             " / ".join(f"{results[k]:.2f} {k.split('_')[1]}" for k in results
+                        if k.startswith("test_") and k.endswith("_bleu")) or "-", run_dir.resolve())
+    return results
+
+
+def start_or_resume(cfg, run_dir: Path, device, overrides=()):
+    """The config, splits, model, tokenizers and checkpoint payload of the run: resumed from ``train.resume``
+    (a checkpoint, or a run folder with ``checkpoints/last.pt``) or from ``run_dir/checkpoints/last.pt`` when it
+    exists (:func:`nmt.training.state.resume_from`; ``payload`` holds the optimizer, progress and RNG state), else a new
+    model with SentencePiece models trained on the training split (``payload`` None).
+
+    Returns:
+        ``(cfg, splits, model, (src_tok, tgt_tok), payload)``; after a resume ``cfg`` holds the checkpoint's
+        model, attention, decoder, tokenizer and data settings, and ``.hydra/config.yaml`` is rewritten to them.
+
+    Raises:
+        FileNotFoundError / nmt.checkpoint.CheckpointError: for a resume checkpoint that is missing or unusable.
+    """
+    resume = cfg.train.get("resume") or (run_dir / "checkpoints" / "last.pt")
+    if Path(resume).is_dir() and (Path(resume) / "checkpoints" / "last.pt").is_file():  # a run folder
+        resume = Path(resume) / "checkpoints" / "last.pt"
+    if cfg.train.get("resume") or Path(resume).is_file():
+        model, src_tok, tgt_tok, payload, cfg = resume_from(resume, cfg, run_dir, device, overrides)
+        save_config(cfg, run_dir / ".hydra" / "config.yaml")  # the folder describes the model trained
+        return cfg, load_splits(cfg.data), model, (src_tok, tgt_tok), payload
+    with torch.random.fork_rng(devices=[]):  # a bad architecture setting (decoder.style=...) fails before any work;
+        build_model(cfg, 8, 8)      # the RNG is left as it was, so the model's initialisation is unchanged
+    splits = load_splits(cfg.data)
+    src_tok, tgt_tok = prepare_tokenizers(cfg.tokenizer, splits["train"], run_dir / "spm")
+    model = build_model(cfg, len(src_tok), len(tgt_tok)).to(device)
+    return cfg, splits, model, (src_tok, tgt_tok), None
+
+
+def training_pairs(cfg, train: Parallel, toks) -> tuple[list, Callable[[int], list]]:
+    """The encoded training pairs (best segmentation, at most ``data.max_len`` pieces a side) and the function
+    that gives the pairs of epoch e: those same pairs, or with ``tokenizer.sample_alpha`` > 0 (subword
+    regularization, Kudo 2018; BPE-dropout, Provilkov et al. 2020) a fresh sampled segmentation seeded by
+    ``seed + e``."""
+    pairs = encode_pairs(train, *toks, cfg.data.max_len)
+    alpha = cfg.tokenizer.get("sample_alpha") or 0.0
+    if not alpha:
+        return pairs, lambda epoch: pairs
+    log.info("subword regularization: a fresh sampled segmentation of the training data every epoch "
+             "(tokenizer.sample_alpha=%s)", alpha)
+
+    def epoch_pairs(epoch: int) -> list:
+        spm.set_random_generator_seed(cfg.seed + epoch)
+        return encode_pairs(train, *toks, cfg.data.max_len, sample_alpha=alpha, quiet=True)
+    return pairs, epoch_pairs

@@ -1,0 +1,100 @@
+"""Training state: where a run stands (:class:`Progress`), full checkpoints (``last.pt``/``best.pt``: weights,
+optimizer, scheduler, progress, RNG), the moving average, and putting a saved state back.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from nmt.models import checkpoint
+from nmt.training.ema import ExponentialMovingAverage
+from nmt.training.schedule import BudgetDecay
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Progress:
+    """Where training stands; saved in checkpoints as plain data."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    best_bleu: float = -1.0
+    best_step: int = 0
+    bad_validations: int = 0
+    train_seconds: float = 0.0
+    validated_step: int = 0  # the step of the last validation (a resume at a stop validates unless it was done)
+
+
+def save_state(path: Path, cfg, model, optimizer, scheduler, toks, progress: Progress,
+               ema: ExponentialMovingAverage | None = None) -> None:
+    """A full training checkpoint: weights, optimizer, scheduler, progress and the torch RNG states (CPU, and
+    every CUDA device's when CUDA is in use, so dropout continues its sequence after a resume on a GPU).
+
+    With ``ema`` (``train.ema_decay``) the checkpoint's ``model`` is the average of the weights, the one validated
+    and translated, ``train_weights`` the raw weights that training continues from, and ``ema_updates`` how many
+    updates the average has followed (:func:`resume_from` puts them back)."""
+    rng = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        rng["cuda"] = torch.cuda.get_rng_state_all()
+    state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict() if scheduler else None,
+             "progress": asdict(progress), "rng": rng}
+    if ema is not None:
+        state.update(weights=ema.averaged_state(model), train_weights=model.state_dict(), ema_updates=ema.updates)
+    checkpoint.save(path, model, cfg, *toks, **state)
+
+
+def moving_average(t, model, payload: dict | None) -> ExponentialMovingAverage | None:
+    """The moving average of the weights for ``t.ema_decay`` (``cfg.train``; None when it is null): after a resume
+    from a checkpoint written with one, it continues the saved average (``payload["averaged_weights"]``, see
+    :func:`resume_from`), else it starts from the model's weights with a fresh warm-up.
+
+    Raises:
+        ValueError: for a decay outside [0.5, 1).
+    """
+    if t.get("ema_decay") is None:
+        return None
+    saved = (payload or {}).get("averaged_weights")
+    return ExponentialMovingAverage(model, t.ema_decay, start=saved,
+                                    updates=payload.get("ema_updates", 0) if saved is not None else 0)
+
+
+def restore(payload: dict, optimizer, scheduler, t) -> Progress:
+    """Load the optimizer, scheduler and torch RNG states of a full checkpoint's ``payload`` (as returned by
+    :func:`resume_from`) into the new run; returns its :class:`Progress`.
+
+    ``t`` is this run's ``cfg.train``: where it changes the schedule, the change applies from here, as the
+    resume warning says. A plateau schedule keeps what it counted (best BLEU, validations without a gain) but
+    takes this run's ``lr_factor``, ``lr_patience`` and ``min_lr``; a new ``train.lr`` (or a new schedule) sets
+    the rate to it (the budget schedule sets the rate at every step anyway).
+    """
+    optimizer.load_state_dict(payload["optimizer"])
+    saved = (payload.get("config") or {}).get("train") or {}
+    same_schedule = saved.get("lr_scheduler") == t.lr_scheduler
+    if scheduler is not None and payload.get("scheduler") and same_schedule:
+        ours = {key: getattr(scheduler, key) for key in ("factor", "patience", "min_lrs", "eps")
+                if hasattr(scheduler, key)}  # ReduceLROnPlateau's settings, from this run's config
+        scheduler.load_state_dict(payload["scheduler"])  # (its load_state_dict overwrites them with the saved ones)
+        scheduler.__dict__.update(ours)
+    if t.lr_scheduler != "budget" and (saved.get("lr") != t.lr or not same_schedule):
+        for group in optimizer.param_groups:
+            group["lr"] = t.lr
+        log.info("learning rate set to train.lr=%s from here", t.lr)
+    # a checkpoint from before validated_step was kept was written by a validation, or after a signal
+    progress = Progress(**{"validated_step": payload["progress"].get("step", 0), **payload["progress"]})
+    torch.set_rng_state(payload["rng"]["torch"].cpu())
+    if payload["rng"].get("cuda") and torch.cuda.is_available() and len(payload["rng"]["cuda"]) == \
+            torch.cuda.device_count():
+        torch.cuda.set_rng_state_all([state.cpu() for state in payload["rng"]["cuda"]])
+    log.info("resumed at step %d (epoch %d, batch %d of that epoch)", progress.step, progress.epoch,
+             progress.batch_in_epoch)
+    if isinstance(scheduler, BudgetDecay):
+        log.info("budget schedule: %.0f%% of the budget used, learning rate %.3g from here",
+                 100 * scheduler.used(progress.step, progress.train_seconds),
+                 scheduler.rate(progress.step, progress.train_seconds))
+    return progress

@@ -1,0 +1,55 @@
+"""The run's subwords: SentencePiece models trained on the training split (or reused from ``spm/``), restricted
+to the pieces each side uses.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from nmt.data.corpus import Parallel
+from nmt.data.textio import atomic_write
+from nmt.data.tokenizer import Tokenizer, train_spm
+
+log = logging.getLogger(__name__)
+
+
+SPM_SETTINGS = ("vocab_size", "model_type", "joint", "byte_fallback")  # what a SentencePiece model is trained with
+
+
+def prepare_tokenizers(tok_cfg, train: Parallel, spm_dir: Path) -> tuple[Tokenizer, Tokenizer]:
+    """Train SentencePiece on the training split (joint or one per side), or reuse models already in ``spm_dir``;
+    with ``restrict_vocab`` each side keeps only the pieces its training text uses (the checkpoint stores the lists).
+
+    The settings the models were trained with go to ``spm_dir/settings.json``.
+
+    Raises:
+        ValueError: when models already in ``spm_dir`` (from an earlier attempt in the same run folder) were trained
+            with other settings (``settings.json``) than ``tok_cfg``.
+    """
+    names = ["joint", "joint"] if tok_cfg.joint else ["src", "tgt"]
+    texts = {"joint": train.src + train.tgt, "src": train.src, "tgt": train.tgt}
+    wanted = {key: tok_cfg.get(key) for key in SPM_SETTINGS}
+    record = spm_dir / "settings.json"
+    if record.is_file() and any((spm_dir / f"{name}.model").is_file() for name in names):
+        used = json.loads(record.read_text(encoding="utf-8"))
+        if differ := [f"{key}={used.get(key)} (this run: {wanted[key]})" for key in SPM_SETTINGS
+                      if used.get(key) != wanted[key]]:
+            raise ValueError(f"{spm_dir} holds SentencePiece models of an earlier attempt in this run folder, trained "
+                             f"with tokenizer.{', tokenizer.'.join(differ)}: delete that spm/ folder or use a new "
+                             "run folder")
+    for name in set(names):
+        path = spm_dir / f"{name}.model"
+        if not path.is_file():
+            log.info("training sentencepiece %s model (%s, %d pieces) on %d sentences", name, tok_cfg.model_type,
+                     tok_cfg.vocab_size, len(texts[name]))
+            train_spm(texts[name], path, tok_cfg.vocab_size, tok_cfg.model_type,
+                      byte_fallback=tok_cfg.byte_fallback)
+            atomic_write(record, json.dumps(wanted) + "\n")
+    src_tok, tgt_tok = Tokenizer.load(spm_dir / f"{names[0]}.model"), Tokenizer.load(spm_dir / f"{names[1]}.model")
+    if tok_cfg.get("restrict_vocab"):
+        src_tok, tgt_tok = src_tok.restricted(train.src), tgt_tok.restricted(train.tgt)
+        log.info("vocabularies restricted to the pieces each side uses: source %d, target %d", len(src_tok),
+                 len(tgt_tok))
+    return src_tok, tgt_tok
