@@ -28,7 +28,15 @@ import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from nmt.analysis.gold import FORMATS, AlignmentWarning, Link, read_alignments, read_lengths, read_pharaoh
+from nmt.analysis.gold import (
+    FORMATS,
+    Alignments,
+    AlignmentWarning,
+    Link,
+    read_alignments,
+    read_lengths,
+    read_pharaoh,
+)
 
 
 @dataclass(frozen=True)
@@ -113,9 +121,8 @@ def _zero_never_used(links: Sequence[set[Link]]) -> bool:
     return len(all_links) >= 20 and all(s > 0 for s, _ in all_links) and all(t > 0 for _, t in all_links)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m nmt.aer``: score a Pharaoh hypothesis file against a gold file; prints one line (see the
-    module docstring). Returns 0, or 1 with ``error: ...`` on stderr for unreadable or mismatched files."""
+def _parser() -> argparse.ArgumentParser:
+    """The argument parser of ``python -m nmt.aer``."""
     parser = argparse.ArgumentParser(
         prog="python -m nmt.aer",
         description="Alignment error rate, precision and recall (Och and Ney 2003) of a Pharaoh hypothesis "
@@ -142,6 +149,51 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--src", help="source sentences (the gold's source side): drop out-of-range links")
     parser.add_argument("--tgt", help="target sentences, parallel to --src")
     parser.add_argument("--bitext", help="'source ||| target' sentences instead of --src/--tgt")
+    return parser
+
+
+def _read_files(args: argparse.Namespace) -> tuple[list[tuple[int, int]] | None, Alignments, Alignments]:
+    """Sentence lengths (or None), gold and hypothesis as the options say; dropped links go to stderr."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", AlignmentWarning)
+        lengths = None
+        if args.bitext:
+            lengths = read_lengths(args.bitext)
+        elif args.src:
+            lengths = read_lengths(args.src, args.tgt)
+        gold = read_alignments(
+            args.gold,
+            args.gold_format,
+            one_based=args.one_based,
+            target_first=args.target_first,
+            lengths=lengths,
+        )
+        hyp = read_pharaoh(
+            args.hyp, one_based=args.hyp_one_based, target_first=args.hyp_target_first, lengths=lengths
+        )
+    for warning in caught:
+        print(f"warning: {warning.message}", file=sys.stderr)
+    return lengths, gold, hyp
+
+
+def _warn_about_positions(args: argparse.Namespace, gold: Alignments, hyp: Alignments) -> None:
+    """Warn on stderr about a file that looks 1-based but is read as 0-based, or the other way round."""
+    for name, alignments, flag in (
+        (args.gold, gold.possible, args.one_based),
+        (args.hyp, hyp.links, args.hyp_one_based),
+    ):
+        if not flag and _zero_never_used(alignments):
+            print(f"warning: {name}: no link uses position 0; is the file 1-based?", file=sys.stderr)
+    for name, alignments, flag in ((args.gold, gold, args.one_based), (args.hyp, hyp, args.hyp_one_based)):
+        if flag and alignments.null_links:
+            print(f"warning: {name}: {alignments.null_links} link(s) use position 0, which a 1-based file "
+                  "reserves for NULL, and were skipped; is the file 0-based?", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m nmt.aer``: score a Pharaoh hypothesis file against a gold file; prints one line (see the
+    module docstring). Returns 0, or 1 with ``error: ...`` on stderr for unreadable or mismatched files."""
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.bitext and (args.src or args.tgt):
         parser.error("give either --bitext or --src and --tgt")
@@ -149,35 +201,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--src and --tgt go together")
 
     try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", AlignmentWarning)
-            lengths = None
-            if args.bitext:
-                lengths = read_lengths(args.bitext)
-            elif args.src:
-                lengths = read_lengths(args.src, args.tgt)
-            gold = read_alignments(
-                args.gold,
-                args.gold_format,
-                one_based=args.one_based,
-                target_first=args.target_first,
-                lengths=lengths,
-            )
-            hyp = read_pharaoh(
-                args.hyp, one_based=args.hyp_one_based, target_first=args.hyp_target_first, lengths=lengths
-            )
-        for warning in caught:
-            print(f"warning: {warning.message}", file=sys.stderr)
-        for name, alignments, flag in (
-            (args.gold, gold.possible, args.one_based),
-            (args.hyp, hyp.links, args.hyp_one_based),
-        ):
-            if not flag and _zero_never_used(alignments):
-                print(f"warning: {name}: no link uses position 0; is the file 1-based?", file=sys.stderr)
-        for name, alignments, flag in ((args.gold, gold, args.one_based), (args.hyp, hyp, args.hyp_one_based)):
-            if flag and alignments.null_links:
-                print(f"warning: {name}: {alignments.null_links} link(s) use position 0, which a 1-based file "
-                      "reserves for NULL, and were skipped; is the file 0-based?", file=sys.stderr)
+        lengths, gold, hyp = _read_files(args)
+        _warn_about_positions(args, gold, hyp)
         if len(gold) != len(hyp):
             hint = ""
             if args.gold_format == "naacl" and lengths is None and len(gold) < len(hyp):

@@ -69,17 +69,7 @@ def parse_args(argv: Sequence[str]) -> dict:
         UsageError: an argument without ``=``, an unknown or repeated key (listing the valid keys), a missing
             required key, a bad number, or a method that does not fit (listing the valid methods).
     """
-    given: dict[str, str] = {}
-    for arg in argv:
-        key, sep, value = arg.partition("=")
-        key = key.lstrip("+")
-        if not sep or not key:
-            raise UsageError(f"argument {arg!r} is not key=value; valid keys: {', '.join(KEYS)}")
-        if key not in KEYS:
-            raise UsageError(f"unknown key {key!r}; valid keys: {', '.join(KEYS)}")
-        if key in given:
-            raise UsageError(f"key {key!r} given twice")
-        given[key] = value
+    given = _key_values(argv)
     missing = [k for k in REQUIRED if not given.get(k)]
     if missing:
         raise UsageError(f"missing {', '.join(k + '=' for k in missing)}; required keys: {', '.join(REQUIRED)}")
@@ -103,6 +93,28 @@ def parse_args(argv: Sequence[str]) -> dict:
             check_npz_path(opts["matrices"], key="matrices")
         except ValueError as err:
             raise UsageError(str(err)) from None
+    _resolve_method(opts)
+    return opts
+
+
+def _key_values(argv: Sequence[str]) -> dict[str, str]:
+    """``key=value`` arguments -> ``{key: value}`` (a leading ``+`` dropped), checking each key."""
+    given: dict[str, str] = {}
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        key = key.lstrip("+")
+        if not sep or not key:
+            raise UsageError(f"argument {arg!r} is not key=value; valid keys: {', '.join(KEYS)}")
+        if key not in KEYS:
+            raise UsageError(f"unknown key {key!r}; valid keys: {', '.join(KEYS)}")
+        if key in given:
+            raise UsageError(f"key {key!r} given twice")
+        given[key] = value
+    return given
+
+
+def _resolve_method(opts: dict) -> None:
+    """Check ``combine`` and set ``opts["method"]`` to the given or the default method."""
     reverse = opts["reverse_checkpoint"]
     if opts["combine"] is not None:
         if opts["combine"] not in COMBINATIONS or not reverse:
@@ -114,7 +126,7 @@ def parse_args(argv: Sequence[str]) -> dict:
         if opts["method"] not in METHODS:
             raise UsageError(f"method={opts['method']}; with combine= the method extracts links from the "
                              f"combined matrix: {', '.join(METHODS)}")
-        return opts
+        return
     valid = SYMMETRIZATIONS if reverse else METHODS
     opts["method"] = opts["method"] or valid[-1 if reverse else 0]
     if opts["method"] not in valid:
@@ -122,7 +134,6 @@ def parse_args(argv: Sequence[str]) -> dict:
                 else " (symmetrization needs reverse_checkpoint=PATH, a model trained target -> source)")
         raise UsageError(f"method={opts['method']}{hint}; valid methods "
                          f"{'with' if reverse else 'without'} reverse_checkpoint: {', '.join(valid)}")
-    return opts
 
 
 def run(opts: dict) -> tuple[list[str], list[str]]:

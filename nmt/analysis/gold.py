@@ -1,5 +1,5 @@
-"""Gold and hypothesis word alignments: the readers of the Pharaoh and NAACL formats (stdlib and nmt.data.textio
-only); AER itself is :mod:`nmt.analysis.aer`.
+"""Gold and hypothesis word alignments: the readers of the Pharaoh and NAACL formats (stdlib, nmt.data.textio
+and the NAACL line parser :mod:`nmt.analysis.naacl` only); AER itself is :mod:`nmt.analysis.aer`.
 
 A link is ``(source_index, target_index)``, 0-based, source first. The readers convert the gold formats of
 ``../shared/corpora/align_*`` (see each set's SOURCE.md) to that convention:
@@ -34,6 +34,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nmt.analysis.naacl import NaaclFormatError, parse_naacl, sentence_count
 from nmt.data.textio import TextFileError, read_lines
 
 Link = tuple[int, int]
@@ -43,12 +44,6 @@ FORMATS = ("pharaoh", "naacl")
 
 
 _PHARAOH_LINK = re.compile(r"^([0-9]+)([-?p])([0-9]+)$")
-
-
-_INTEGER = re.compile(r"^[0-9]+$")
-
-
-_FLOAT = re.compile(r"^[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?$")
 
 
 class AlignmentFormatError(ValueError):
@@ -217,39 +212,12 @@ def read_naacl(
     Raises:
         AlignmentFormatError: a malformed line or a sentence id out of range, naming file and line.
     """
-    rows = []
-    for number, line in enumerate(_read_lines(path), start=1):
-        fields = line.split()
-        if not fields:
-            continue
-        if len(fields) > 5 or len(fields) < 3 or not all(_INTEGER.match(f) for f in fields[:3]):
-            raise AlignmentFormatError(
-                f"{path}: line {number}: expected 'sentence_no position position [S|P] [confidence]', "
-                f"got {line!r}"
-            )
-        label = "S"
-        extra = fields[3:]
-        if extra and extra[0].upper() in ("S", "P"):
-            label = extra.pop(0).upper()
-        if len(extra) > 1 or (extra and not _FLOAT.match(extra[0])):
-            raise AlignmentFormatError(
-                f"{path}: line {number}: expected the label S or P and an optional numeric confidence, "
-                f"got {line!r}"
-            )
-        sentence = int(fields[0]) - first_sentence_id
-        if sentence < 0:
-            raise AlignmentFormatError(
-                f"{path}: line {number}: sentence id {fields[0]} is below the first id {first_sentence_id}"
-            )
-        rows.append(
-            (number, sentence, int(fields[1]), int(fields[2]), label == "S", f"{fields[1]} {fields[2]}")
-        )
-    if lengths is not None:
-        count = len(lengths)
-    elif num_sentences is not None:
-        count = num_sentences
-    else:
-        count = max((row[1] for row in rows), default=-1) + 1
+    lines = _read_lines(path)
+    try:
+        rows = parse_naacl(lines, path, first_sentence_id)
+    except NaaclFormatError as err:
+        raise AlignmentFormatError(str(err)) from None
+    count = sentence_count(rows, lengths, num_sentences)
     build = _Builder(path, count, one_based, target_first, lengths)
     for number, sentence, first, second, sure, text in rows:
         if sentence >= count:

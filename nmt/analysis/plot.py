@@ -22,13 +22,9 @@ Usage: ``python -m nmt.plot outputs/RUN/eval/test.alignments.npz --index 0 3 7 -
 from __future__ import annotations
 
 import argparse
-import json
-import struct
 import sys
-import tokenize
 import warnings
-import zipfile
-import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
@@ -39,6 +35,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from nmt.analysis.gold import FORMATS, read_alignments
+from nmt.analysis.saved import NPZ_ERRORS, checked_indices, jsonl_of, read_records, unreadable
 from nmt.data.textio import check_writable
 from nmt.decoding.word_alignment import merge_to_words
 
@@ -113,9 +110,18 @@ def plot_alignment(
                          "hypothesis tokens: is the gold file 1-based (--one-based), target-first (--target-first), "
                          "or for other sentences?")
     show = (lambda token: token) if words else display_token
+    path = Path(path)
+    _draw_heatmap(a, source_tokens, hypothesis_tokens, path, title, sure, possible, show)
+    return path
+
+
+def _draw_heatmap(a: np.ndarray, source_tokens: list[str], hypothesis_tokens: list[str], path: Path,
+                  title: str | None, sure: set[tuple[int, int]], possible: set[tuple[int, int]],
+                  show: Callable[[str], str]) -> None:
+    """Draw and write the PNG of :func:`plot_alignment` (checked arguments; ``show`` labels one token)."""
+    hyp_len, src_len = a.shape
     width = max(4.0, INCH_PER_TOKEN * src_len + 2.5)
     height = max(3.0, INCH_PER_TOKEN * hyp_len + 2.0)
-    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with matplotlib.rc_context({"font.family": FONT, "font.size": 10}):
         fig = Figure(figsize=(width, height), layout="constrained")
@@ -139,27 +145,23 @@ def plot_alignment(
             fig.suptitle(title)
         fig.savefig(path, format="png", dpi=100)
         fig.clear()
-    return path
 
 
-def _jsonl_path(npz_path: Path) -> Path:
-    return npz_path.with_suffix(".jsonl")
-
-
-def _index_range(keys: list[int]) -> str:
-    return f"{min(keys)}..{max(keys)}" if keys else "none (empty file)"
-
-
-# what numpy and zipfile raise for a truncated, damaged or foreign .npz
-_NPZ_ERRORS = (ValueError, zipfile.BadZipFile, zlib.error, EOFError, tokenize.TokenError, NotImplementedError,
-               struct.error, OSError)
-
-
-_REWRITE = "write it again with translate.py alignments=... or a training run's evaluation"
-
-
-def _unreadable(npz_path: Path, err: Exception) -> ValueError:
-    return ValueError(f"{npz_path} is not a readable .npz file ({type(err).__name__}: {err}): {_REWRITE}")
+def _plot_sentence(matrix: np.ndarray, rec: dict, npz_path: Path, index: int, out: Path, gold,
+                   shift: int) -> Path:
+    """One sentence's heatmap: of its pieces, or (``gold``) of its words with the gold links drawn over."""
+    stem = f"{npz_path.name.removesuffix('.npz').removesuffix('.alignments')}_{index}"
+    if gold is None:
+        return plot_alignment(matrix, rec["source_tokens"], rec["hypothesis_tokens"],
+                              out / f"{stem}.png", title=f"{npz_path.name} #{index}")
+    word_matrix, src_words, hyp_words = merge_to_words(matrix, rec["source_tokens"],
+                                                       rec["hypothesis_tokens"], shift=shift)
+    try:
+        return plot_alignment(word_matrix, src_words, hyp_words, out / f"{stem}_gold.png",
+                              title=f"{npz_path.name} #{index} (words, shift {shift}) + gold",
+                              sure=gold.sure[index], possible=gold.possible[index], words=True)
+    except ValueError as err:
+        raise ValueError(f"{gold.path}, sentence {index + 1}: {err}") from None
 
 
 def plot_npz(npz_path: str | Path, indices: list[int], out_dir: str | Path | None = None,
@@ -186,69 +188,29 @@ def plot_npz(npz_path: str | Path, indices: list[int], out_dir: str | Path | Non
             and line named).
     """
     npz_path = Path(npz_path)
-    jsonl_path = _jsonl_path(npz_path)
+    jsonl_path = jsonl_of(npz_path)
     if not npz_path.is_file():
         raise FileNotFoundError(f"{npz_path} not found")
     if not jsonl_path.is_file():
         raise FileNotFoundError(f"{jsonl_path} not found (tokens for {npz_path})")
     out = Path(out_dir) if out_dir is not None else npz_path.parent
-    records = {}
-    try:
-        lines = jsonl_path.read_text(encoding="utf-8").split("\n")  # not splitlines(): U+2028 may sit in a token
-    except UnicodeDecodeError as err:
-        raise ValueError(f"{jsonl_path} is not UTF-8 text ({err}): {_REWRITE}") from err
-    for number, line in enumerate(lines, 1):
-        if line.strip():
-            try:
-                rec = json.loads(line)
-                if isinstance(rec["index"], bool) or not isinstance(rec["index"], int):
-                    raise TypeError(f"index {rec['index']!r} is not a whole number")
-                records[rec["index"]] = rec
-            except (ValueError, KeyError, TypeError) as err:  # not JSON, no "index", or not a whole number
-                raise ValueError(f"{jsonl_path}: line {number} is not a token record with an index "
-                                 f"({type(err).__name__}: {err}); {_REWRITE}") from err
+    records = read_records(jsonl_path)
     written = []
     try:
         npz = np.load(npz_path, allow_pickle=False)
-    except _NPZ_ERRORS as err:
-        raise _unreadable(npz_path, err) from err
+    except NPZ_ERRORS as err:
+        raise unreadable(npz_path, err) from err
     with npz:
-        try:
-            keys = sorted(int(k) for k in npz.files)
-        except ValueError as err:  # a damaged member name
-            raise _unreadable(npz_path, err) from err
-        indices = [int(index) for index in indices]
-        for index in indices:  # all of them before drawing any: a bad one leaves no partial set of plots
-            if str(index) not in npz.files:
-                raise KeyError(f"index {index} not in {npz_path}; available indices: {_index_range(keys)}")
-            if index not in records:
-                raise KeyError(
-                    f"index {index} not in {jsonl_path}; available indices: {_index_range(sorted(records))}"
-                )
-            if gold is not None and index >= len(gold):
-                raise KeyError(f"index {index} not in the gold file {gold.path} ({len(gold)} sentences)")
+        indices = checked_indices(npz, npz_path, jsonl_path, records, indices, gold)
         for index in indices:
             try:
                 matrix = npz[str(index)]
-            except _NPZ_ERRORS as err:  # a damaged matrix shows only when it is read (CRC, zlib, npy header)
-                raise _unreadable(npz_path, err) from err
+            except NPZ_ERRORS as err:  # a damaged matrix shows only when it is read (CRC, zlib, npy header)
+                raise unreadable(npz_path, err) from err
             if matrix.size == 0:
                 warnings.warn(f"{npz_path}: sentence {index} is empty, skipped", stacklevel=2)
                 continue
-            rec = records[index]
-            stem = f"{npz_path.name.removesuffix('.npz').removesuffix('.alignments')}_{index}"
-            if gold is None:
-                written.append(plot_alignment(matrix, rec["source_tokens"], rec["hypothesis_tokens"],
-                                              out / f"{stem}.png", title=f"{npz_path.name} #{index}"))
-                continue
-            word_matrix, src_words, hyp_words = merge_to_words(matrix, rec["source_tokens"],
-                                                               rec["hypothesis_tokens"], shift=shift)
-            try:
-                written.append(plot_alignment(word_matrix, src_words, hyp_words, out / f"{stem}_gold.png",
-                                              title=f"{npz_path.name} #{index} (words, shift {shift}) + gold",
-                                              sure=gold.sure[index], possible=gold.possible[index], words=True))
-            except ValueError as err:
-                raise ValueError(f"{gold.path}, sentence {index + 1}: {err}") from None
+            written.append(_plot_sentence(matrix, records[index], npz_path, index, out, gold, shift))
     return written
 
 

@@ -23,6 +23,53 @@ COMBINATIONS = ("product", "mean")
 _NEIGHBOURS = ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1))  # Koehn's order
 
 
+_Link = tuple[int, int]
+
+
+def _add(link: _Link, alignment: set[_Link], src_aligned: set[int], tgt_aligned: set[int]) -> None:
+    """Add ``link`` to ``alignment`` and mark its source and target word as aligned."""
+    alignment.add(link)
+    src_aligned.add(link[0])
+    tgt_aligned.add(link[1])
+
+
+def _grow_diag(
+    alignment: set[_Link], union: set[_Link], src_aligned: set[int], tgt_aligned: set[int]
+) -> None:
+    """Grow-diag in place: add neighbours from ``union`` (as :func:`symmetrize` says) until none is added."""
+    n_src = max(s for s, _ in union) + 1
+    n_tgt = max(t for _, t in union) + 1
+    changed = True
+    while changed:  # grow-diag
+        changed = False
+        for s in range(n_src):
+            for t in range(n_tgt):
+                if (s, t) not in alignment:
+                    continue
+                for ds, dt in _NEIGHBOURS:
+                    link = (s + ds, t + dt)
+                    if link in union and link not in alignment and (
+                        link[0] not in src_aligned or link[1] not in tgt_aligned
+                    ):
+                        _add(link, alignment, src_aligned, tgt_aligned)
+                        changed = True
+
+
+def _final(
+    alignment: set[_Link],
+    directions: tuple[set[_Link], set[_Link]],
+    both: bool,
+    src_aligned: set[int],
+    tgt_aligned: set[int],
+) -> None:
+    """Final step in place: add direction links whose source or (``both``: and) target word is unaligned."""
+    for direction in directions:
+        for link in sorted(direction):
+            s_free, t_free = link[0] not in src_aligned, link[1] not in tgt_aligned
+            if link not in alignment and ((s_free and t_free) if both else (s_free or t_free)):
+                _add(link, alignment, src_aligned, tgt_aligned)
+
+
 def symmetrize(
     forward_links: set[tuple[int, int]] | list[tuple[int, int]],
     backward_links: set[tuple[int, int]] | list[tuple[int, int]],
@@ -65,35 +112,9 @@ def symmetrize(
         return sorted(alignment)
     src_aligned = {s for s, _ in alignment}
     tgt_aligned = {t for _, t in alignment}
-    n_src = max(s for s, _ in union) + 1
-    n_tgt = max(t for _, t in union) + 1
-
-    def add(link: tuple[int, int]) -> None:
-        alignment.add(link)
-        src_aligned.add(link[0])
-        tgt_aligned.add(link[1])
-
-    changed = True
-    while changed:  # grow-diag
-        changed = False
-        for s in range(n_src):
-            for t in range(n_tgt):
-                if (s, t) not in alignment:
-                    continue
-                for ds, dt in _NEIGHBOURS:
-                    link = (s + ds, t + dt)
-                    if link in union and link not in alignment and (
-                        link[0] not in src_aligned or link[1] not in tgt_aligned
-                    ):
-                        add(link)
-                        changed = True
+    _grow_diag(alignment, union, src_aligned, tgt_aligned)
     if method in ("grow-diag-final", "grow-diag-final-and"):
-        both = method == "grow-diag-final-and"
-        for direction in (forward, backward):
-            for link in sorted(direction):
-                s_free, t_free = link[0] not in src_aligned, link[1] not in tgt_aligned
-                if link not in alignment and ((s_free and t_free) if both else (s_free or t_free)):
-                    add(link)
+        _final(alignment, (forward, backward), method == "grow-diag-final-and", src_aligned, tgt_aligned)
     return sorted(alignment)
 
 

@@ -86,12 +86,17 @@ def train_spm(
     tmp = model_path.with_suffix(".model.tmp")
     tmp.write_bytes(proto.getvalue())
     tmp.replace(model_path)
-    sp = spm.SentencePieceProcessor(model_proto=proto.getvalue())
+    _write_vocab(model_path, proto.getvalue())
+    return model_path
+
+
+def _write_vocab(model_path: Path, model_proto: bytes) -> None:
+    """Write the ``.vocab`` file beside ``model_path``: one ``piece<TAB>score`` line per id."""
+    sp = spm.SentencePieceProcessor(model_proto=model_proto)
     vocab = "".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n" for i in range(sp.get_piece_size()))
     tmp = model_path.with_suffix(".vocab.tmp")
     tmp.write_text(vocab, encoding="utf-8")
     tmp.replace(model_path.with_suffix(".vocab"))
-    return model_path
 
 
 def restrict_model_proto(model_proto: bytes, keep: Iterable[int]) -> bytes:

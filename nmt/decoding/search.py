@@ -152,71 +152,110 @@ def beam(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, beam_size: i
         raise ValueError(f"need beam_size >= 1, 1 <= n_best <= beam_size, alpha >= 0 and beta >= 0; got "
                          f"beam_size={K}, n_best={n_best}, alpha={length_penalty_alpha}, "
                          f"beta={coverage_penalty_beta}")
-    B, S = src.shape
-    device = src.device
-    memory, state = model.encode(src, src_mask)  # memory stays [B, ...]: the K beams of a sentence share it
-    rows = torch.arange(B, device=device).repeat_interleave(K)  # [B*K] beam row -> sentence
-    limits = max_lengths(src_mask, max_len_a, max_len_b)  # [B]
-    bound_lp = length_penalty(limits.float(), length_penalty_alpha)  # [B]
-    src_lens = src_mask.sum(dim=1).tolist()
-    # Sentences still searching ("active", A of them, A*K beam rows); finished sentences leave the batch.
-    sentence = list(range(B))  # active position -> sentence index
-    scores = torch.full((B, K), float("-inf"), device=device)
-    scores[:, 0] = 0.0  # only one open beam per sentence at the start
-    y = src.new_full((B,), BOS_ID)  # the first step runs once per sentence: its K beams would be identical
-    tokens = src.new_zeros(B * K, 0)
-    attn = torch.zeros(B * K, 0, S, device=device)
-    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
-    nbest_floor = torch.full((B,), float("-inf"), device=device)  # n-best-th finished score per sentence
-    for t in range(int(limits.max())):
-        A = len(sentence)
-        logits, state, w = model.decoder.step(y, state, memory, gate_table)
+    search = _BeamSearch(model, src, src_mask, K, n_best, length_penalty_alpha, coverage_penalty_beta,
+                         max_len_a, max_len_b, gate_table)
+    for t in range(int(search.limits.max())):
+        if search.step(t):
+            break
+    return search.hypotheses()
+
+
+class _BeamSearch:
+    """The state of one :func:`beam` call between steps: its active sentences' beams, finished hypotheses."""
+
+    def __init__(self, model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, K: int, n_best: int,
+                 alpha: float, beta: float, max_len_a: float, max_len_b: int,
+                 gate_table: torch.Tensor | None) -> None:
+        """Encode ``src`` ``[B, S]`` and open one beam per sentence, the other K - 1 at score -inf."""
+        self.model, self.gate_table, self.K, self.n_best = model, gate_table, K, n_best
+        self.alpha, self.beta = alpha, beta
+        B, S = src.shape
+        self.device = device = src.device
+        self.memory, self.state = model.encode(src, src_mask)  # memory stays [B, ...]: the K beams share it
+        self.rows = torch.arange(B, device=device).repeat_interleave(K)  # [B*K] beam row -> sentence
+        self.limits = max_lengths(src_mask, max_len_a, max_len_b)  # [B]
+        self.bound_lp = length_penalty(self.limits.float(), alpha)  # [B]
+        self.src_lens = src_mask.sum(dim=1).tolist()
+        # Sentences still searching ("active", A of them, A*K beam rows); finished sentences leave the batch.
+        self.sentence = list(range(B))  # active position -> sentence index
+        self.scores = torch.full((B, K), float("-inf"), device=device)
+        self.scores[:, 0] = 0.0  # only one open beam per sentence at the start
+        # the first step runs once per sentence: its K beams would be identical
+        self.y = src.new_full((B,), BOS_ID)
+        self.tokens = src.new_zeros(B * K, 0)
+        self.attn = torch.zeros(B * K, 0, S, device=device)
+        self.finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+        self.nbest_floor = torch.full((B,), float("-inf"), device=device)  # n-best-th finished score, [A]
+
+    def step(self, t: int) -> bool:
+        """Decoder step ``t`` of the open beams: close EOS candidates, keep K open; True when all are done."""
+        K, A, rows = self.K, len(self.sentence), self.rows
+        logits, state, w = self.model.decoder.step(self.y, self.state, self.memory, self.gate_table)
         logp = log_probs(logits, inplace=True)  # [A*K, V]
         if t == 0:  # [B] -> [B*K] rows; scores leave beams 1..K-1 at -inf until the first expansion
             logp, w, state = logp.index_select(0, rows), w.index_select(0, rows), state.select(rows)
         V = logp.size(1)
-        at_limit = (t + 1 >= limits).repeat_interleave(K)  # [A*K]
+        at_limit = (t + 1 >= self.limits).repeat_interleave(K)  # [A*K]
         if bool(at_limit.any()):
             eos_logp = logp[:, EOS_ID].clone()
             logp[at_limit] = float("-inf")
             logp[at_limit, EOS_ID] = eos_logp[at_limit]
-        cand = logp.add_(scores.view(-1, 1)).view(A, K * V)  # logp is not read again
+        cand = logp.add_(self.scores.view(-1, 1)).view(A, K * V)  # logp is not read again
         top_scores, top_idx = cand.topk(min(2 * K, K * V), dim=1)  # [A, 2K]
-        src_row = top_idx // V + (torch.arange(A, device=device) * K).unsqueeze(1)  # [A, 2K] rows of the A*K beams
+        # [A, 2K] rows of the A*K beams
+        src_row = top_idx // V + (torch.arange(A, device=self.device) * K).unsqueeze(1)
         tok = top_idx % V
         is_eos = tok == EOS_ID
-        final = is_eos[:, :K] & torch.isfinite(top_scores[:, :K])  # [A, K]
+        self._close(t, top_scores, src_row, is_eos, w)
+        return self._advance(t, top_scores, src_row, tok, is_eos, state, w)
+
+    def _close(self, t: int, top_scores: torch.Tensor, src_row: torch.Tensor, is_eos: torch.Tensor,
+               w: torch.Tensor) -> None:
+        """Finish the EOS candidates among the top K of each sentence as hypotheses of ``t + 1`` tokens."""
+        final = is_eos[:, :self.K] & torch.isfinite(top_scores[:, :self.K])  # [A, K]
         final_a, final_j = final.nonzero(as_tuple=True)  # [F] each, in (sentence, rank) order
         if final_a.numel():  # the F hypotheses closed at this step, gathered in one call per tensor
             r = src_row[final_a, final_j]  # [F] their beam rows
-            ids = tokens[r].tolist()
-            aligns = torch.cat([attn[r], w[r].unsqueeze(1)], dim=1).float().cpu()  # [F, t+1, S]
-            lp = length_penalty(t + 1, length_penalty_alpha)
+            ids = self.tokens[r].tolist()
+            aligns = torch.cat([self.attn[r], w[r].unsqueeze(1)], dim=1).float().cpu()  # [F, t+1, S]
+            lp = length_penalty(t + 1, self.alpha)
+            n_best, finished = self.n_best, self.finished
             for i, (a, raw) in enumerate(zip(final_a.tolist(), top_scores[final_a, final_j].tolist())):
-                b = sentence[a]
-                alignment = aligns[i, :, : src_lens[b]]
-                score = raw / lp + coverage_penalty(alignment, coverage_penalty_beta)
+                b = self.sentence[a]
+                alignment = aligns[i, :, : self.src_lens[b]]
+                score = raw / lp + coverage_penalty(alignment, self.beta)
                 finished[b].append(Hypothesis(ids[i] + [EOS_ID], score, raw, alignment))
                 if len(finished[b]) >= n_best:
-                    nbest_floor[a] = sorted((h.score for h in finished[b]), reverse=True)[n_best - 1]
+                    self.nbest_floor[a] = sorted((h.score for h in finished[b]), reverse=True)[n_best - 1]
+
+    def _advance(self, t: int, top_scores: torch.Tensor, src_row: torch.Tensor, tok: torch.Tensor,
+                 is_eos: torch.Tensor, state, w: torch.Tensor) -> bool:
+        """Keep the K best non-EOS candidates open and drop the sentences that are done; True when all are."""
+        K = self.K
         # Keep the K best non-EOS candidates (EOS ones sort last and are closed if they are still picked).
-        rank = torch.arange(is_eos.size(1), device=device) + is_eos.long() * is_eos.size(1)
+        rank = torch.arange(is_eos.size(1), device=self.device) + is_eos.long() * is_eos.size(1)
         keep = rank.argsort(dim=1)[:, :K]  # [A, K]
         scores = top_scores.gather(1, keep).masked_fill(is_eos.gather(1, keep), float("-inf"))
         best_open = scores.max(dim=1).values  # [A]
-        done = (t + 1 >= limits) | (nbest_floor >= best_open / bound_lp)  # [A]
+        done = (t + 1 >= self.limits) | (self.nbest_floor >= best_open / self.bound_lp)  # [A]
         if bool(done.all()):
-            break
+            return True
         new_rows = src_row.gather(1, keep)  # [A, K]
         y = tok.gather(1, keep)  # [A, K]
         if bool(done.any()):  # drop finished sentences: every later step computes only the open ones
             live = (~done).nonzero().squeeze(1)  # [A']
-            sentence = [sentence[a] for a in live.tolist()]
+            self.sentence = [self.sentence[a] for a in live.tolist()]
             scores, new_rows, y = scores[live], new_rows[live], y[live]
-            limits, bound_lp, nbest_floor = limits[live], bound_lp[live], nbest_floor[live]
-            memory = memory.select(live)  # one memory row per active sentence
+            self.limits, self.bound_lp = self.limits[live], self.bound_lp[live]
+            self.nbest_floor = self.nbest_floor[live]
+            self.memory = self.memory.select(live)  # one memory row per active sentence
         new_rows, y = new_rows.view(-1), y.view(-1)
-        state = state.select(new_rows)
-        tokens = torch.cat([tokens[new_rows], y.unsqueeze(1)], dim=1)
-        attn = torch.cat([attn[new_rows], w[new_rows].unsqueeze(1)], dim=1)
-    return [sorted(f, key=lambda h: -h.score)[:n_best] for f in finished]
+        self.scores, self.y = scores, y
+        self.state = state.select(new_rows)
+        self.tokens = torch.cat([self.tokens[new_rows], y.unsqueeze(1)], dim=1)
+        self.attn = torch.cat([self.attn[new_rows], w[new_rows].unsqueeze(1)], dim=1)
+        return False
+
+    def hypotheses(self) -> list[list[Hypothesis]]:
+        """Per sentence, its ``n_best`` finished hypotheses, best first."""
+        return [sorted(f, key=lambda h: -h.score)[: self.n_best] for f in self.finished]
