@@ -12,6 +12,8 @@ import gzip
 import os
 import sys
 import tempfile
+import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -21,7 +23,8 @@ class TextFileError(ValueError):
 
 def read_lines(path: str | Path, key: str | None = None) -> list[str]:
     """Read a UTF-8 text file (plain, ``.gz``, or ``-`` for stdin) into lines without their line ends; ``key`` (the
-    setting that named the file, e.g. ``input``) is named in the error for a missing file.
+    setting that named the file, e.g. ``input``) is named in the error for a missing file. All of it at once:
+    :func:`iter_lines` reads the same lines one at a time.
 
     Returns:
         one string per line; a final line without ``\\n`` counts, a file ending in ``\\n`` has no extra empty line.
@@ -32,43 +35,69 @@ def read_lines(path: str | Path, key: str | None = None) -> list[str]:
         TextFileError: for bytes that are not UTF-8, naming the file, the 1-based line number and the byte, for
             a ``.gz`` file that does not decompress, and for a file that cannot be read (no permission).
     """
-    if str(path) == "-":
-        data = sys.stdin.buffer.read()
-    else:
+    return list(iter_lines(path, key))
+
+
+def iter_lines(path: str | Path, key: str | None = None) -> Iterator[str]:
+    """The lines of :func:`read_lines`, one at a time: the file (plain, ``.gz``, or ``-`` for stdin) is read
+    as a stream, so memory stays at one line and a read buffer whatever the file's size.
+
+    A missing file or a folder is refused at the call; the other errors come while iterating, when the line (or
+    the gzip data) that causes them is reached, so lines before a bad one have been yielded by then.
+
+    Raises:
+        FileNotFoundError: naming the path, at the call (a missing file, a folder).
+        TextFileError: while iterating, with the messages of :func:`read_lines` (bytes that are not UTF-8,
+            with file, line and byte; a ``.gz`` file that does not decompress; a file that cannot be read).
+    """
+    if str(path) != "-":
         path = Path(path)
         if path.is_dir():
             raise FileNotFoundError(f"{f'{key}=' if key else ''}{path} is a folder, not a file")
         if not path.exists():
             raise FileNotFoundError(f"{key}={path}: file not found" if key else f"file not found: {path}")
-        try:
-            data = path.read_bytes()
-        except OSError as err:  # no permission, an I/O error: named, not a traceback
-            raise TextFileError(f"{f'{key}=' if key else ''}{path}: cannot be read ({err.strerror or err})") from None
-        if path.suffix == ".gz":
-            try:
-                data = gzip.decompress(data)
-            except (OSError, EOFError) as err:  # gzip.BadGzipFile is an OSError; a truncated file is an EOFError
-                raise TextFileError(f"{path}: not a readable gzip file ({err}); check the file, or drop the .gz "
-                                    "suffix if it is plain text") from None
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
-    raw_lines = data.split(b"\n")
-    if raw_lines and raw_lines[-1] == b"":
-        raw_lines.pop()
-    lines = []
-    for number, raw in enumerate(raw_lines, start=1):
-        if raw.endswith(b"\r"):
-            raw = raw[:-1]
-        try:
-            lines.append(raw.decode("utf-8"))
-        except UnicodeDecodeError as err:
-            name, fixed = ("stdin", "iconv -f latin1 -t utf-8") if str(path) == "-" else \
-                (path, f"iconv -f latin1 -t utf-8 {path} > fixed.txt")
-            raise TextFileError(
-                f"{name}: line {number}: byte 0x{raw[err.start]:02x} at column {err.start + 1} is not valid UTF-8; "
-                f"re-encode the file as UTF-8 (for example: {fixed})"
-            ) from None
-    return lines
+    return _stream_lines(path, key)
+
+
+def _stream_lines(path: str | Path, key: str | None) -> Iterator[str]:
+    stdin = str(path) == "-"
+    try:
+        raw_file = sys.stdin.buffer if stdin else open(path, "rb")  # noqa: SIM115 (closed below)
+    except OSError as err:  # no permission, an I/O error: named, not a traceback
+        raise TextFileError(f"{f'{key}=' if key else ''}{path}: cannot be read ({err.strerror or err})") from None
+    try:
+        gz = not stdin and Path(path).suffix == ".gz"
+        handle = gzip.GzipFile(fileobj=raw_file, mode="rb") if gz else raw_file
+        for number, raw in enumerate(handle, start=1):  # binary lines end at b"\n" only
+            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+                if not raw:  # a file holding only the mark has no line
+                    return
+            if raw.endswith(b"\n"):
+                raw = raw[:-1]
+            if raw.endswith(b"\r"):
+                raw = raw[:-1]
+            yield _decode(raw, number, path)
+    except (gzip.BadGzipFile, EOFError, zlib.error) as err:  # not gzip, truncated, damaged deflate data
+        raise TextFileError(f"{path}: not a readable gzip file ({err}); check the file, or drop the .gz "
+                            "suffix if it is plain text") from None
+    except OSError as err:
+        raise TextFileError(f"{f'{key}=' if key else ''}{path}: cannot be read ({err.strerror or err})") from None
+    finally:
+        if not stdin:
+            raw_file.close()
+
+
+def _decode(raw: bytes, number: int, path: str | Path) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        name, fixed = ("stdin", "iconv -f latin1 -t utf-8") if str(path) == "-" else \
+            (path, f"iconv -f latin1 -t utf-8 {path} > fixed.txt")
+        raise TextFileError(
+            f"{name}: line {number}: byte 0x{raw[err.start]:02x} at column {err.start + 1} is not valid UTF-8; "
+            f"re-encode the file as UTF-8 (for example: {fixed})"
+        ) from None
 
 
 def check_writable(path: str | Path, key: str, folder: bool = False) -> None:
