@@ -1,5 +1,6 @@
 """Train, validate and evaluate an attention NMT model: ``python train.py [key=value ...]`` (Hydra)."""
 
+import logging
 import os
 import shutil
 import sys
@@ -7,12 +8,14 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from nmt.data.corpus import DataError
 from nmt.data.textio import TextFileError
 from nmt.models.checkpoint import CheckpointError
 from nmt.settings import TRAIN_PATHS, absolute_paths
+from nmt.training.distributed import Distributed, DistributedError, init_distributed
 from nmt.training.run import train
 
 EXIT_STATUS = {"SIGINT": 130, "SIGTERM": 143}  # 128 + signal number, as a shell reports a job stopped by it
@@ -39,6 +42,24 @@ def remove_unused_run_dir(run_dir: Path, named: bool) -> None:
             pass
 
 
+def shared_run_dir(dist: Distributed, own: Path) -> Path:
+    """Under torchrun: rank 0's run folder, for every rank (each resolved ``${now:...}`` on its own, so theirs may
+    differ). The other ranks write nothing there: their log goes to stderr only, errors alone, and the folder
+    Hydra made for them, when it is not rank 0's, is removed."""
+    if not dist.active:
+        return own
+    chosen = Path(dist.share(str(own.resolve()), what="agreeing on the run folder"))
+    if not dist.is_main:
+        root = logging.getLogger()
+        for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
+            root.removeHandler(handler)
+            handler.close()
+        root.setLevel(logging.ERROR)
+        if chosen != own.resolve() and own.is_dir() and {p.name for p in own.iterdir()} <= HYDRA_ONLY:
+            shutil.rmtree(own, ignore_errors=True)  # only what Hydra made for this rank's command
+    return chosen
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float:
     """Run one training job in Hydra's output directory; returns the best validation BLEU (for sweeps).
@@ -49,15 +70,24 @@ def main(cfg: DictConfig) -> float:
     130/143, so a script or scheduler can tell it from a finished one. ``HYDRA_FULL_ERROR=1`` shows the traceback
     instead."""
     absolute_paths(cfg, TRAIN_PATHS)
+    dist = Distributed()
     try:
-        metrics = train(cfg, HydraConfig.get().runtime.output_dir, list(HydraConfig.get().overrides.task))
-    except (FileNotFoundError, CheckpointError, DataError, TextFileError, ValueError, FloatingPointError) as err:
+        dist, device = init_distributed(cfg.device, cfg.train.get("dist_timeout") or 1800)
+        run_dir = shared_run_dir(dist, Path(HydraConfig.get().runtime.output_dir))
+        metrics = train(cfg, run_dir, list(HydraConfig.get().overrides.task), dist, device)
+    except (FileNotFoundError, CheckpointError, DataError, TextFileError, ValueError, FloatingPointError,
+            DistributedError) as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":  # the traceback, for debugging
             raise
         hydra_cfg = HydraConfig.get()
         named = any(o.startswith(("hydra.run.dir=", "hydra.sweep.")) for o in hydra_cfg.overrides.hydra)
         remove_unused_run_dir(Path(hydra_cfg.runtime.output_dir), named)
-        sys.exit(f"train.py: error: {err}")
+        rank = f" (rank {dist.rank} of {dist.world_size})" if dist.active else ""
+        if hydra_cfg.mode == RunMode.MULTIRUN:  # one failed job of a sweep: Hydra records it, the others go on
+            raise RuntimeError(f"train.py: error{rank}: {err}") from None
+        sys.exit(f"train.py: error{rank}: {err}")
+    finally:
+        dist.close()
     if metrics.get("interrupted"):
         sys.exit(EXIT_STATUS.get(metrics["stopped"].rsplit(" ", 1)[-1], 1))
     return metrics["valid_bleu"]

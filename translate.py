@@ -18,6 +18,7 @@ from nmt.decoding.scoring import score
 from nmt.decoding.translation import at_length_limit, translate_nbest
 from nmt.models import checkpoint
 from nmt.models.device import pick_device, set_threads
+from nmt.models.precision import Precision, check_precision
 from nmt.settings import TRANSLATE_PATHS, absolute_paths
 
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
@@ -53,6 +54,7 @@ def run(cfg: DictConfig) -> None:
     absolute_paths(cfg, TRANSLATE_PATHS)
     set_threads(cfg.threads)
     device = pick_device(cfg.device)
+    check_precision(cfg.precision, device, "precision")
     beam_size, n_best = check_outputs(cfg)
     sentences = read_lines(cfg.input, key="input")
     references = read_lines(cfg.reference, key="reference") if cfg.reference else None
@@ -66,7 +68,8 @@ def run(cfg: DictConfig) -> None:
     # a model trained on normalized text (data.normalize, e.g. the alignment presets) sees its input the same way
     sentences = Normalizer.from_config(model_cfg.data.get("normalize"), model_cfg.data.src_lang).lines(sentences)
     start = time.perf_counter()
-    nbest = translate_nbest(model, src_tok, tgt_tok, sentences, cfg.decode, device, beam_size, n_best)
+    with Precision(cfg.precision, device).autocast():
+        nbest = translate_nbest(model, src_tok, tgt_tok, sentences, cfg.decode, device, beam_size, n_best)
     results = [block[0] for block in nbest]
     seconds = time.perf_counter() - start
     atomic_write(cfg.output, "".join(t.text + "\n" for t in results))

@@ -48,8 +48,8 @@ from nmt.data.corpus import Parallel, load_splits
 from nmt.decoding.translation import translate
 from nmt.models import checkpoint
 from nmt.models.build import build_model
-from nmt.training.loop import train_step
 from nmt.training.schedule import make_optimizer
+from nmt.training.step import train_step
 from nmt.training.subwords import prepare_tokenizers
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,7 +147,7 @@ def ours(args, cfg) -> dict:
     work = Path(args.work)
     src_tok, tgt_tok = prepare_tokenizers(cfg.tokenizer, splits["train"], work / f"spm_{args.corpus}")
     pairs = encode_pairs(splits["train"], src_tok, tgt_tok, cfg.data.max_len)
-    model = build_model(cfg, len(src_tok), len(tgt_tok))
+    model = build_model(cfg.model, cfg.decoder, cfg.attention, len(src_tok), len(tgt_tok))
     optimizer, _ = make_optimizer(model, cfg)
     model.train()
     need = args.warmup + args.steps

@@ -21,6 +21,11 @@ CLASSES = {"additive": Additive, "dot": Dot, "general": General, "local_p": Loca
 V_SRC, V_TGT = 23, 29
 
 
+def build(cfg, src_vocab_size, tgt_vocab_size):
+    """The model of a composed config (its model, decoder and attention settings)."""
+    return build_model(cfg.model, cfg.decoder, cfg.attention, src_vocab_size, tgt_vocab_size)
+
+
 def test_options_found():
     """The parametrizations below really cover the config tree."""
     assert ATTENTIONS == ["additive", "dot", "general", "local_p"]
@@ -41,7 +46,7 @@ def forward_shapes(model, B=3, S=5, T=4):
 def test_attention_and_style_instantiate(compose_cfg, attention, style):
     cfg = compose_cfg([f"attention={attention}", f"decoder.style={style}", *SMALL])
     assert cfg.attention._partial_ is True
-    model = build_model(cfg, V_SRC, V_TGT)
+    model = build_model(cfg.model, cfg.decoder, cfg.attention, V_SRC, V_TGT)
     attn = model.decoder.attention
     assert type(attn) is CLASSES[attention]
     assert attn.query_size == attn.key_size == 8  # keys [B, S, H] and queries [B, H]: one size by construction
@@ -54,20 +59,20 @@ def test_attention_and_style_instantiate(compose_cfg, attention, style):
 @pytest.mark.parametrize("attention", ATTENTIONS)
 def test_luong_without_input_feeding_instantiates(compose_cfg, attention):
     cfg = compose_cfg([f"attention={attention}", "decoder.input_feeding=false", *SMALL])
-    model = build_model(cfg, V_SRC, V_TGT)
+    model = build_model(cfg.model, cfg.decoder, cfg.attention, V_SRC, V_TGT)
     assert model.decoder.style == "luong" and model.decoder.input_feeding is False
     logits_shape, weights_shape, weights, src_mask = forward_shapes(model)
     assert logits_shape == (3, 4, V_TGT) and weights_shape == (3, 4, 5)
     assert (weights[~src_mask.unsqueeze(1).expand_as(weights)] == 0).all()
     assert compose_cfg(SMALL).decoder.input_feeding is True  # the default is Luong's input feeding
     with pytest.raises(ValueError, match="needs decoder.style=luong"):
-        build_model(compose_cfg(["decoder.style=bahdanau", "decoder.input_feeding=false", *SMALL]), V_SRC, V_TGT)
+        build(compose_cfg(["decoder.style=bahdanau", "decoder.input_feeding=false", *SMALL]), V_SRC, V_TGT)
 
 
 @pytest.mark.parametrize("score", ["general", "dot", "additive"])
 def test_local_p_scores(compose_cfg, score):
     cfg = compose_cfg(["attention=local_p", f"attention.score={score}", "attention.window=2", *SMALL])
-    model = build_model(cfg, V_SRC, V_TGT)
+    model = build_model(cfg.model, cfg.decoder, cfg.attention, V_SRC, V_TGT)
     assert type(model.decoder.attention.inner) is CLASSES[score]
     assert model.decoder.attention.window == 2
     assert forward_shapes(model)[0] == (3, 4, V_TGT)
@@ -79,7 +84,7 @@ def test_local_p_scores(compose_cfg, score):
                                        ["attention=general", "attention.scaled=true"],
                                        ["model.source_word_dropout=0.2", "model.target_word_dropout=0.1"]])
 def test_other_model_options(compose_cfg, overrides):
-    model = build_model(compose_cfg([*overrides, *SMALL]), V_SRC, V_TGT)
+    model = build(compose_cfg([*overrides, *SMALL]), V_SRC, V_TGT)
     assert forward_shapes(model)[0] == (3, 4, V_TGT)
     if "model.decoder_layers=3" in overrides:
         assert len(model.decoder.cells) == 3 and model.encoder.rnn.num_layers == 2
@@ -141,16 +146,16 @@ def test_unknown_attention_argument_reaches_constructor(compose_cfg):
     """`+key=` bypasses struct mode; the explicit-keyword constructors still refuse it (no **kwargs)."""
     cfg = compose_cfg(["+attention.windw=3", *SMALL])
     with pytest.raises(TypeError, match="windw"):
-        build_model(cfg, V_SRC, V_TGT)
+        build_model(cfg.model, cfg.decoder, cfg.attention, V_SRC, V_TGT)
 
 
 def test_invalid_values_raise_clear_errors(compose_cfg):
     with pytest.raises(ValueError, match="decoder.style"):
-        build_model(compose_cfg(["decoder.style=transformer", *SMALL]), V_SRC, V_TGT)
+        build(compose_cfg(["decoder.style=transformer", *SMALL]), V_SRC, V_TGT)
     with pytest.raises(ValueError, match="window"):
-        build_model(compose_cfg(["attention=local_p", "attention.window=0", *SMALL]), V_SRC, V_TGT)
+        build(compose_cfg(["attention=local_p", "attention.window=0", *SMALL]), V_SRC, V_TGT)
     with pytest.raises(ValueError, match="score"):
-        build_model(compose_cfg(["attention=local_p", "attention.score=cosine", *SMALL]), V_SRC, V_TGT)
+        build(compose_cfg(["attention=local_p", "attention.score=cosine", *SMALL]), V_SRC, V_TGT)
 
 
 def test_dot_sizes(compose_cfg):
@@ -158,10 +163,10 @@ def test_dot_sizes(compose_cfg):
     directions of H/2) for any emb_size and layer counts, so through the config the one size that can be wrong
     is an odd H; a factory called with two different sizes gets Dot's own error."""
     ok = compose_cfg(["attention=dot", "model.emb_size=5", "model.hidden_size=12", "model.decoder_layers=2"])
-    attn = build_model(ok, V_SRC, V_TGT).decoder.attention
+    attn = build_model(ok.model, ok.decoder, ok.attention, V_SRC, V_TGT).decoder.attention
     assert attn.query_size == attn.key_size == 12
     with pytest.raises(ValueError, match="hidden_size must be even"):
-        build_model(compose_cfg(["attention=dot", "model.hidden_size=7"]), V_SRC, V_TGT)
+        build(compose_cfg(["attention=dot", "model.hidden_size=7"]), V_SRC, V_TGT)
     factory = instantiate(ok.attention)
     assert isinstance(factory(query_size=6, key_size=6), Dot)
     with pytest.raises(ValueError, match="query_size == key_size.*6 and 4.*general"):
@@ -211,7 +216,7 @@ def test_experiment_presets_compose_and_overrides_still_apply(compose_cfg, name)
         t = cfg.train
         assert (t.lr_scheduler, t.lr_decay_start, t.patience, t.max_epochs) == ("budget", 0.7, None, None)
     assert cfg.attention._target_.endswith("Dot") and cfg.train.max_minutes == 5
-    model = build_model(compose_cfg([f"+experiment={name}", *SMALL]), V_SRC, V_TGT)
+    model = build(compose_cfg([f"+experiment={name}", *SMALL]), V_SRC, V_TGT)
     assert forward_shapes(model)[0] == (3, 4, V_TGT)
 
 

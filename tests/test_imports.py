@@ -166,6 +166,17 @@ def test_datasets_imported_lazily_and_only_by_data():
             assert not found, path.name
 
 
+def test_files_and_functions_stay_small():
+    """One idea per file (about 300 lines at most) and a function fits on a screen (about 60 lines)."""
+    for path in FILES:
+        text = path.read_text(encoding="utf-8")
+        assert text.count("\n") <= 310, f"nmt/{rel(path)}.py has {text.count(chr(10))} lines: split it"
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                assert length <= 62, f"nmt/{rel(path)}.py: {node.name} has {length} lines"
+
+
 def test_special_ids_kept_in_sync():
     """search.py keeps the special ids as literals (it must not import the tokenizer); they must agree."""
     from nmt.data import batches as data

@@ -11,23 +11,23 @@ from nmt.models.seq2seq import Seq2Seq
 from nmt.settings import instantiate
 
 
-def build_model(cfg, src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq:
-    """Instantiate the model described by ``cfg.model``, ``cfg.decoder`` and ``cfg.attention``.
-
-    ``cfg.attention`` is a ``_partial_: true`` node: instantiating it gives the factory the decoder calls
-    with ``query_size``/``key_size``.
+def build_model(model, decoder, attention, src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq:
+    """Instantiate the model described by its settings: ``model`` (sizes, dropout, tying: ``cfg.model``),
+    ``decoder`` (style, input feeding: ``cfg.decoder``) and ``attention`` (``cfg.attention``, a
+    ``_partial_: true`` node: instantiating it gives the factory the decoder calls with
+    ``query_size``/``key_size``).
 
     Raises:
         hydra.errors.InstantiationException / omegaconf errors: for an attention node with unknown keys.
         ValueError: for invalid sizes or settings (odd ``hidden_size``, an unknown decoder style, ...).
     """
-    m = cfg.model
+    m = model
     encoder = Encoder(src_vocab_size, m.emb_size, m.hidden_size, m.encoder_layers, m.dropout,
                       decoder_layers=m.decoder_layers, pad_id=PAD_ID,
                       word_dropout=m.get("source_word_dropout", 0.0))
-    decoder = Decoder(tgt_vocab_size, m.emb_size, m.hidden_size, instantiate(cfg.attention),
-                      num_layers=m.decoder_layers, dropout=m.dropout, style=cfg.decoder.style, pad_id=PAD_ID,
+    decoder = Decoder(tgt_vocab_size, m.emb_size, m.hidden_size, instantiate(attention),
+                      num_layers=m.decoder_layers, dropout=m.dropout, style=decoder.style, pad_id=PAD_ID,
                       tie_embeddings=m.get("tie_embeddings", False),
-                      input_feeding=cfg.decoder.get("input_feeding", True),
+                      input_feeding=decoder.get("input_feeding", True),
                       word_dropout=m.get("target_word_dropout", 0.0))
     return Seq2Seq(encoder, decoder)

@@ -214,7 +214,7 @@ def load(path: str | Path, map_location: str | torch.device = "cpu"):
     except (RuntimeError, ValueError, TypeError, AttributeError, KeyError) as err:
         raise CheckpointError(f"{path}: the sentencepiece model stored in it is unusable: {err!r}") from None
     try:
-        model = build_model(cfg, len(src_tok), len(tgt_tok))
+        model = build_model(cfg.model, cfg.decoder, cfg.attention, len(src_tok), len(tgt_tok))
     except Exception as err:  # noqa: BLE001 - Hydra's, OmegaConf's and the modules' own errors alike
         raise CheckpointError(f"{path}: the architecture in its config cannot be built: {err}") from None
     try:

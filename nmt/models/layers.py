@@ -28,10 +28,12 @@ class _StepLinear(torch.autograd.Function):
         bank = ctx.bank
         bank["x"].append(x)
         bank["grad"].append(grad)
-        grad_x = grad @ weight if ctx.needs_input_grad[0] else None
+        # under autocast (bf16/fp16) grad is half while weight stays fp32: the input gradient in grad's dtype, the
+        # weight gradient in the weight's (no-ops in fp32)
+        grad_x = grad @ weight.to(grad.dtype) if ctx.needs_input_grad[0] else None
         if len(bank["grad"]) < bank["calls"]:  # later steps come first in backward: wait for step 0
             return grad_x, None, None, None
-        xs, grads = torch.cat(bank["x"]), torch.cat(bank["grad"])
+        xs, grads = torch.cat(bank["x"]).to(weight.dtype), torch.cat(bank["grad"]).to(weight.dtype)
         bank["x"].clear(), bank["grad"].clear()
         return grad_x, grads.t() @ xs, grads.sum(0) if ctx.has_bias else None, None
 

@@ -28,10 +28,11 @@ NUMERIC_SETTINGS = {
     "train.log_every": (True, 0, True), "train.patience": (True, 0, True), "train.keep_best": (True, 0, True),
     "data.max_len": (True, 1, False), "data.train_limit": (True, 1, True), "data.eval_limit": (True, 1, True),
     "eval.plots": (True, 0, True),
+    "train.accum_steps": (True, 1, True), "train.dist_timeout": (False, 0.0, False),
 }
 
 
-POSITIVE = ("train.lr", "train.clip", "train.lr_factor", "train.max_minutes")  # 0 would silently train nothing
+POSITIVE = ("train.lr", "train.clip", "train.lr_factor", "train.max_minutes", "train.dist_timeout")  # 0 would silently train nothing
 
 
 # (clip 0 zeroes gradients); a limit of 0 would silently mean none (the stop test reads 0 as unset)

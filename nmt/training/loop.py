@@ -1,112 +1,143 @@
 """The training loop: updates until a stop condition (``max_steps``, ``max_epochs``, ``max_minutes``, early
 stopping, a signal), validating every ``valid_every`` steps.
+
+Under several ranks (:mod:`nmt.training.distributed`) every rank runs this loop over its share of the same batch
+order; the stop decisions are taken together after every update (a signal on any rank, the longest wall time),
+and rank 0 alone validates, writes checkpoints and logs, then shares the validation's outcome.
 """
 
 from __future__ import annotations
 
 import logging
 import shlex
+import signal
 import time
 from pathlib import Path
 
-import torch
-
-from nmt.data.batches import iterate_batches
 from nmt.data.corpus import Parallel
+from nmt.models.precision import FP32, Precision
+from nmt.training.distributed import Distributed
 from nmt.training.ema import ExponentialMovingAverage
-from nmt.training.loss import loss_fn
 from nmt.training.meter import Meter
 from nmt.training.schedule import BudgetDecay
+from nmt.training.shards import UpdateBatches, share_validation
 from nmt.training.signals import stop_on_signals
-from nmt.training.state import Progress, save_state
+from nmt.training.state import Progress, rng_states, save_state
+from nmt.training.step import train_step
 from nmt.training.validation import patience_spent, validate
 
 log = logging.getLogger(__name__)
 
 
-def train_step(model, optimizer, batch, t) -> tuple[float, int]:
-    """One update: teacher-forced loss (label-smoothed, per target token), backward, clipping, Adam.
-    Returns the summed loss (nats) and the number of target tokens.
-
-    Raises:
-        FloatingPointError: for a gradient norm (or loss) that is nan or inf (training diverged: a learning rate
-            too high); this update is not applied (clipping would have spread the nan/inf into every weight).
-    """
-    logits, _ = model(batch.src, batch.src_mask, batch.tgt_in)
-    ntok = batch.num_tgt_tokens
-    loss = loss_fn(logits, batch.tgt_out, t.label_smoothing)
-    optimizer.zero_grad(set_to_none=True)
-    (loss / ntok).backward()
-    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip)
-    if not torch.isfinite(norm):
-        raise FloatingPointError(f"training diverged: gradient norm {float(norm)}, loss "
-                                 f"{float(loss.detach()) / ntok:.4g} nats per target token; this update was not "
-                                 f"applied. Train again, or resume from a checkpoint, with a lower train.lr (it is "
-                                 f"{t.lr:g}; the rate at this step was {optimizer.param_groups[0]['lr']:g})")
-    optimizer.step()
-    return float(loss.detach()), ntok
-
-
 def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid: Parallel, toks, run_dir, device,
-               progress: Progress, overrides=(), ema: ExponentialMovingAverage | None = None) -> str:
+               progress: Progress, overrides=(), ema: ExponentialMovingAverage | None = None,
+               dist: Distributed | None = None, forward=None, precision: Precision = FP32) -> str:
     """Update until max_steps / max_epochs / max_minutes / early stopping / a signal; validate every
     ``valid_every`` steps and at the stop. Batches of epoch e come from seed ``cfg.seed + e``, so a resumed
     run skips the batches already seen and continues with the same order. ``epoch_pairs(epoch)`` gives the
     encoded training pairs of an epoch. With ``ema`` the average follows every update, and validation and
-    checkpoints use it. Returns why it stopped."""
+    checkpoints use it. ``forward`` is the module the updates run through (the DDP wrapper of ``model`` under
+    several ranks). Returns why it stopped."""
+    run = _Run(cfg, model, optimizer, scheduler, valid_pairs, valid, toks, run_dir, device, progress, ema,
+               dist or Distributed(), forward or model, precision)
     t = cfg.train
-    start = time.monotonic() - progress.train_seconds
-    meter = Meter(t, progress)
-    model.train()
-
-    def check(stop):
-        progress.train_seconds = time.monotonic() - start
-        if stop or progress.step % t.valid_every == 0:
-            stop = validate(cfg, model, optimizer, scheduler, valid_pairs, valid, toks, run_dir, device,
-                            progress, meter.record() if meter.steps else {}, ema) or stop
-            meter.reset()  # validation time is not training time
-        return stop
-
     if stop := stop_reason(t, progress, progress.train_seconds) or patience_spent(t, progress):  # resumed at the end
         if progress.validated_step != progress.step:  # stopped by a signal on its last step: validate it now
-            stop = check(stop)
+            stop = run.check(stop)
         log.info("nothing left to train at step %d: %s", progress.step, stop)
-        meter.bar.close()
+        run.meter.bar.close()
         return stop
-    with stop_on_signals() as flag:
-        while True:
-            for batch in iterate_batches(epoch_pairs(progress.epoch), t.batch_tokens, shuffle=True,
-                                         seed=cfg.seed + progress.epoch, skip=progress.batch_in_epoch):
-                if isinstance(scheduler, BudgetDecay):
-                    scheduler.update(progress.step, time.monotonic() - start)
-                try:
-                    loss, ntok = train_step(model, optimizer, batch.to(device), t)
-                except FloatingPointError as err:
-                    meter.bar.close()  # on a terminal, the error line would land on the progress bar's
-                    raise FloatingPointError(f"step {progress.step + 1}: {err}") from None
-                progress.step += 1
-                if ema is not None:
-                    ema.update()
-                progress.batch_in_epoch += 1
-                meter.update(loss, ntok, progress, (time.monotonic() - start) / 60, optimizer.param_groups[0]["lr"])
-                if flag["signal"]:
-                    break
-                stop = check(stop_reason(t, progress, time.monotonic() - start))
-                if stop:
-                    break
-            else:
-                progress.epoch += 1
-                progress.batch_in_epoch = 0
-                stop = stop_reason(t, progress, time.monotonic() - start)
-                if stop and meter.steps:
-                    stop = check(stop)
-            if stop or flag["signal"]:
-                break
-        if flag["signal"]:  # after a step, or during the last validation: no final evaluation
-            meter.bar.close()
-            return interrupted(cfg, model, optimizer, scheduler, toks, run_dir, progress, flag["signal"],
-                               time.monotonic() - start, overrides, ema)
-    meter.bar.close()
+    with stop_on_signals(abort_on_second=not run.dist.active) as flag:
+        stop, received = None, None
+        while not (stop or received):
+            stop, received = run.epoch(epoch_pairs(progress.epoch), flag)
+        received = received or run.agree(flag)  # a signal during the last validation (every rank asks)
+        run.meter.bar.close()
+        if received:  # after a step, or during the last validation: no final evaluation
+            return interrupted(cfg, model, optimizer, scheduler, toks, run_dir, progress, received,
+                               time.monotonic() - run.start, overrides, ema, run.dist)
+    return finished(stop, progress, scheduler, optimizer)
+
+
+class _Run:
+    """The state of one training loop: the clock, the meter, this rank's batches, and the agreement of the
+    ranks after every update."""
+
+    def __init__(self, cfg, model, optimizer, scheduler, valid_pairs, valid, toks, run_dir, device, progress,
+                 ema, dist: Distributed, forward, precision: Precision):
+        self.cfg, self.t, self.model, self.optimizer, self.scheduler = cfg, cfg.train, model, optimizer, scheduler
+        self.valid_pairs, self.valid, self.toks, self.run_dir, self.device = valid_pairs, valid, toks, run_dir, device
+        self.progress, self.ema, self.dist, self.forward, self.precision = progress, ema, dist, forward, precision
+        self.start = time.monotonic() - progress.train_seconds
+        self.meter = Meter(self.t, progress, enabled=dist.is_main)
+        self.updates = UpdateBatches(self.t.batch_tokens, self.t.get("accum_steps") or 1, dist)
+        self.elapsed = progress.train_seconds  # the longest of the ranks' clocks at the last agreement
+        self.parameters = list(model.parameters())
+        model.train()
+
+    def check(self, stop: str | None) -> str | None:
+        """Validate (rank 0) at the interval or at a stop, and share the outcome; returns the stop reason."""
+        progress = self.progress
+        progress.train_seconds = time.monotonic() - self.start
+        if stop or progress.step % self.t.valid_every == 0:
+            rngs = rng_states(self.dist)
+            if self.dist.is_main:
+                stop = validate(self.cfg, self.model, self.optimizer, self.scheduler, self.valid_pairs, self.valid,
+                                self.toks, self.run_dir, self.device, progress,
+                                self.meter.record() if self.meter.steps else {}, self.ema, rngs) or stop
+            stop = share_validation(self.dist, progress, self.optimizer, self.scheduler, stop)
+            self.meter.reset()  # validation time is not training time
+        return stop
+
+    def agree(self, flag) -> str | None:
+        """The signal any rank received (None if none); ``self.elapsed`` becomes the longest elapsed time."""
+        elapsed = time.monotonic() - self.start
+        if not self.dist.active:
+            self.elapsed = elapsed
+            return flag["signal"]
+        number, self.elapsed = self.dist.maximum([signal.Signals[flag["signal"]].value if flag["signal"] else 0,
+                                                  elapsed])
+        return signal.Signals(int(number)).name if number else None
+
+    def update(self, batches) -> None:
+        """One update from this rank's batches; counts it in the progress, the average and the meter."""
+        progress, scheduler = self.progress, self.scheduler
+        if isinstance(scheduler, BudgetDecay):  # one clock for every rank: the rate must be the same
+            scheduler.update(progress.step, self.elapsed if self.dist.active else time.monotonic() - self.start)
+        try:
+            loss, ntok = train_step(self.forward, self.optimizer, [b.to(self.device) for b in batches], self.t,
+                                    self.dist, self.precision, self.parameters)
+        except FloatingPointError as err:
+            self.meter.bar.close()  # on a terminal, the error line would land on the progress bar's
+            raise FloatingPointError(f"step {progress.step + 1}: {err}") from None
+        progress.step += 1
+        if self.ema is not None:
+            self.ema.update()
+        progress.batch_in_epoch += self.updates.group
+        self.meter.update(loss, sum(b.num_tgt_tokens for b in batches), progress,
+                          (time.monotonic() - self.start) / 60, self.optimizer.param_groups[0]["lr"], tokens=ntok)
+
+    def epoch(self, pairs, flag) -> tuple[str | None, str | None]:
+        """Train on the rest of the current epoch; returns ``(stop reason, signal name)``, both None when the
+        epoch ended without either."""
+        progress = self.progress
+        for batches in self.updates.epoch(pairs, self.cfg.seed + progress.epoch, progress.batch_in_epoch):
+            self.update(batches)
+            if received := self.agree(flag):
+                return None, received
+            if stop := self.check(stop_reason(self.t, progress, self.elapsed)):
+                return stop, None
+        self.updates.log_left_out(progress.epoch)
+        progress.epoch += 1
+        progress.batch_in_epoch = 0
+        stop = stop_reason(self.t, progress, time.monotonic() - self.start)
+        if stop and self.meter.steps:
+            stop = self.check(stop)
+        return stop, None
+
+
+def finished(stop: str, progress: Progress, scheduler, optimizer) -> str:
+    """Log why training stopped (and a budget schedule left unfinished); returns ``stop``."""
     log.info("training stopped after %d steps (%d epochs, %.1f min): %s", progress.step, progress.epoch,
              progress.train_seconds / 60, stop)
     used = scheduler.used(progress.step, progress.train_seconds) if isinstance(scheduler, BudgetDecay) else 1.0
@@ -118,16 +149,22 @@ def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid
 
 
 def interrupted(cfg, model, optimizer, scheduler, toks, run_dir: Path, progress: Progress, name: str,
-                elapsed: float, overrides=(), ema: ExponentialMovingAverage | None = None) -> str:
-    """Save ``last.pt`` (with ``ema``: the average as its model, the raw weights to resume from) after a signal and
-    print the command that resumes (the run's own command-line ``overrides`` repeated, so its budget and schedule
-    carry over); returns the stop reason."""
+                elapsed: float, overrides=(), ema: ExponentialMovingAverage | None = None,
+                dist: Distributed | None = None) -> str:
+    """Save ``last.pt`` (with ``ema``: the average as its model, the raw weights to resume from; rank 0 alone,
+    with every rank's RNG state) after a signal and print the command that resumes (the run's own command-line
+    ``overrides`` repeated, so its budget and schedule carry over); returns the stop reason."""
+    dist = dist or Distributed()
     progress.train_seconds = elapsed
-    save_state(run_dir / "checkpoints" / "last.pt", cfg, model, optimizer, scheduler, toks, progress, ema)
+    rngs = rng_states(dist)
+    if not dist.is_main:
+        return f"interrupted by {name}"
+    save_state(run_dir / "checkpoints" / "last.pt", cfg, model, optimizer, scheduler, toks, progress, ema, rngs)
     last = (run_dir / "checkpoints" / "last.pt").resolve()
     keep = [o for o in overrides if not o.startswith(("hydra.run.dir=", "train.resume="))]
-    log.warning("%s: stopped at step %d and saved %s. Resume with:\n  python train.py %s", name, progress.step,
-                last, shlex.join([*keep, f"train.resume={last}", f"hydra.run.dir={run_dir.resolve()}"]))
+    launcher = f"torchrun --nproc_per_node {dist.world_size}" if dist.active else "python"
+    log.warning("%s: stopped at step %d and saved %s. Resume with:\n  %s train.py %s", name, progress.step,
+                last, launcher, shlex.join([*keep, f"train.resume={last}", f"hydra.run.dir={run_dir.resolve()}"]))
     return f"interrupted by {name}"
 
 

@@ -100,6 +100,22 @@ def resume_from(path, cfg, run_dir: Path, device, overrides=()):
                     "best BLEU so far (best.pt, the plateau schedule, early stopping) was measured on %s", path,
                     _yaml(before), _yaml(now), "the raw weights" if now is None else "a moving average",
                     "the raw weights" if before is None else "the average")
+    warn_about_changes(path, ckpt_cfg, cfg)
+    bring_along(path, run_dir, payload)
+    spm_dir = run_dir / "spm"
+    spm_dir.mkdir(parents=True, exist_ok=True)
+    for name, tok in (("src", src_tok), ("tgt", tgt_tok)):
+        if not (spm_dir / f"{name}.model").is_file():
+            atomic_write(spm_dir / f"{name}.model", tok.model_proto)
+    cfg = adopt(cfg, ckpt_cfg, FROM_CHECKPOINT)
+    if ckpt_cfg.get("seed") is not None:
+        cfg.seed = ckpt_cfg.seed  # batches of epoch e come from seed + e: the skip only holds for the same order
+    return model.train(), src_tok, tgt_tok, payload, cfg
+
+
+def warn_about_changes(path, ckpt_cfg, cfg) -> None:
+    """The warnings of a resume whose command line differs from the checkpoint's settings: what comes from the
+    checkpoint anyway, a changed seed, batch size or schedule, the budget, and the other settings that apply."""
     for key in FROM_CHECKPOINT:
         if changed := differences(ckpt_cfg.get(key), cfg.get(key), key):
             log.warning("resuming %s: %s comes from the checkpoint, not from this run's settings: %s", path, key,
@@ -125,6 +141,12 @@ def resume_from(path, cfg, run_dir: Path, device, overrides=()):
         log.warning("resuming %s: settings that are not the checkpoint's apply from here: %s (repeat the run's own "
                     "on the command line to keep them)", path,
                     "; ".join(f"{name} was {_yaml(before)} and is {_yaml(now)} now" for name, before, now in changed))
+
+
+def bring_along(path, run_dir: Path, payload: dict) -> None:
+    """Resuming into a new folder: copy the checkpoint's ``best.pt`` and ``step_N.pt`` there, and its run's
+    validations up to the checkpoint's step (averaging ranks the copied step_N.pt by them, and the new run's
+    learning curve continues the old one)."""
     source_dir, target_dir = Path(path).resolve().parent, (run_dir / "checkpoints").resolve()
     if source_dir != target_dir:  # resuming into a new folder: bring the best checkpoints along
         target_dir.mkdir(parents=True, exist_ok=True)
@@ -138,12 +160,3 @@ def resume_from(path, cfg, run_dir: Path, device, overrides=()):
                 and not target_metrics.exists():
             records = [r for r in read_curve(source_dir.parent).records if r["step"] <= payload["progress"]["step"]]
             atomic_write(target_metrics, "".join(json.dumps(r) + "\n" for r in records))
-    spm_dir = run_dir / "spm"
-    spm_dir.mkdir(parents=True, exist_ok=True)
-    for name, tok in (("src", src_tok), ("tgt", tgt_tok)):
-        if not (spm_dir / f"{name}.model").is_file():
-            atomic_write(spm_dir / f"{name}.model", tok.model_proto)
-    cfg = adopt(cfg, ckpt_cfg, FROM_CHECKPOINT)
-    if ckpt_cfg.get("seed") is not None:
-        cfg.seed = ckpt_cfg.seed  # batches of epoch e come from seed + e: the skip only holds for the same order
-    return model.train(), src_tok, tgt_tok, payload, cfg

@@ -21,8 +21,10 @@ from nmt.data.corpus import Parallel, load_splits
 from nmt.decoding.options import check_decoding
 from nmt.models.build import build_model
 from nmt.models.device import pick_device, set_threads
+from nmt.models.precision import Precision, check_precision
 from nmt.settings import save_config
 from nmt.training.checks import check_numbers
+from nmt.training.distributed import Distributed
 from nmt.training.final import final_evaluation
 from nmt.training.loop import train_loop
 from nmt.training.resume import resume_from
@@ -33,13 +35,16 @@ from nmt.training.subwords import prepare_tokenizers
 log = logging.getLogger(__name__)
 
 
-def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = ()) -> dict:
+def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = (), dist: Distributed | None = None,
+          device: torch.device | None = None) -> dict:
     """Train, validate and evaluate one model as configured; return the final metrics.
 
     Resumes from ``cfg.train.resume`` (a checkpoint path), or from ``run_dir/checkpoints/last.pt`` when the
     run directory already holds one; the model, tokenizers and architecture then come from the checkpoint.
     ``overrides``: the command line's ``key=value`` overrides, repeated in the resume command printed after
-    an interruption.
+    an interruption. ``dist``: this process's rank under torchrun (:func:`nmt.training.distributed.init_distributed`,
+    which also picks ``device``); rank 0 alone writes the run folder, the others return after the training loop
+    with ``rank`` in their results.
 
     Returns:
         a dict with ``valid_bleu`` (best greedy validation BLEU), per-split test/valid BLEU and chrF for
@@ -54,32 +59,38 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = ()) -> dict:
         FileNotFoundError, nmt.data.textio.TextFileError: a corpus file that is missing or not UTF-8 text.
         FloatingPointError: training diverged (a nan or inf gradient, see :func:`train_step`); names the step.
     """
-    run_dir = Path(run_dir)
+    run_dir, dist = Path(run_dir), dist or Distributed()
     check_numbers(cfg)  # before the corpus and tokenizers: a bad setting fails at once
     check_schedule(cfg.train)
     check_decoding(cfg.decode.beam_size, 1, "decode.beam_size", cfg.decode)
     torch.manual_seed(cfg.seed)
     set_threads(cfg.get("threads"))
-    device = pick_device(cfg.device)
-    cfg, splits, model, toks, payload = start_or_resume(cfg, run_dir, device, overrides)
+    device = device or pick_device(cfg.device)
+    precision = cfg.train.get("precision") or "fp32"
+    check_precision(precision, device)
+    if not dist.is_main:  # rank 0 trains the subwords or copies the checkpoint's files first
+        dist.barrier("waiting for rank 0 to prepare the run folder")
+    cfg, splits, model, toks, payload = start_or_resume(cfg, run_dir, device, overrides, write=dist.is_main)
+    if dist.is_main:
+        dist.barrier("waiting for the other ranks to start")
+    if dist.rank:  # the same initial weights (DDP copies rank 0's anyway), other dropout masks on each rank
+        torch.manual_seed(cfg.seed + 1_000_003 * dist.rank)
     train_pairs, epoch_pairs = training_pairs(cfg, splits["train"], toks)
     valid_pairs = encode_pairs(splits["valid"], *toks)
-    log.info("model: %.2fM parameters, attention=%s, decoder=%s, device=%s; %d training pairs; run folder %s",
-             sum(p.numel() for p in model.parameters()) / 1e6, type(model.decoder.attention).__name__,
-             cfg.decoder.style + ("" if model.decoder.input_feeding else " without input feeding"), device,
-             len(train_pairs), run_dir.resolve())
     optimizer, scheduler = make_optimizer(model, cfg)
     ema = moving_average(cfg.train, model, payload)
-    if ema is not None:
-        log.info("moving average of the weights (train.ema_decay=%s): validation and the model in every checkpoint "
-                 "are the average; best.pt and last.pt also keep the raw weights to resume from", cfg.train.ema_decay)
-    progress = Progress() if payload is None else restore(payload, optimizer, scheduler, cfg.train)
+    log_start(cfg, model, device, len(train_pairs), run_dir, ema is not None)
+    progress = Progress(world_size=dist.world_size) if payload is None else \
+        restore(payload, optimizer, scheduler, cfg.train, dist)
+    forward = data_parallel(model, dist, device)
     stop = train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, splits["valid"], toks, run_dir,
-                      device, progress, overrides, ema)
+                      device, progress, overrides, ema, dist, forward, Precision(precision, device))
     results = {"valid_bleu": progress.best_bleu, "steps": progress.step,
                "train_minutes": progress.train_seconds / 60, "run_dir": str(run_dir), "stopped": stop}
     if stop.startswith("interrupted"):
         return {**results, "interrupted": True}
+    if not dist.is_main:  # the final evaluation is rank 0's
+        return {**results, "rank": dist.rank}
     results.update(final_evaluation(cfg, splits, run_dir, device, progress.best_bleu))
     log.info("final: %s", json.dumps(results))
     log.info("done: test BLEU %s in %s (checkpoints/, eval/, plots/)",
@@ -88,7 +99,27 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = ()) -> dict:
     return results
 
 
-def start_or_resume(cfg, run_dir: Path, device, overrides=()):
+def log_start(cfg, model, device, pairs: int, run_dir: Path, averaging: bool) -> None:
+    """Log the model, the device, the corpus size and the run folder (and the moving average when on)."""
+    log.info("model: %.2fM parameters, attention=%s, decoder=%s, device=%s; %d training pairs; run folder %s",
+             sum(p.numel() for p in model.parameters()) / 1e6, type(model.decoder.attention).__name__,
+             cfg.decoder.style + ("" if model.decoder.input_feeding else " without input feeding"), device,
+             pairs, run_dir.resolve())
+    if averaging:
+        log.info("moving average of the weights (train.ema_decay=%s): validation and the model in every checkpoint "
+                 "are the average; best.pt and last.pt also keep the raw weights to resume from", cfg.train.ema_decay)
+
+
+def data_parallel(model, dist: Distributed, device):
+    """``model`` wrapped in DistributedDataParallel under several ranks (gradients all-reduced in backward; its
+    parameters are rank 0's from here), else ``model`` itself."""
+    if not dist.active:
+        return model
+    return torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
+                                                     else None)
+
+
+def start_or_resume(cfg, run_dir: Path, device, overrides=(), write: bool = True):
     """The config, splits, model, tokenizers and checkpoint payload of the run: resumed from ``train.resume``
     (a checkpoint, or a run folder with ``checkpoints/last.pt``) or from ``run_dir/checkpoints/last.pt`` when it
     exists (:func:`nmt.training.state.resume_from`; ``payload`` holds the optimizer, progress and RNG state), else a new
@@ -98,6 +129,9 @@ def start_or_resume(cfg, run_dir: Path, device, overrides=()):
         ``(cfg, splits, model, (src_tok, tgt_tok), payload)``; after a resume ``cfg`` holds the checkpoint's
         model, attention, decoder, tokenizer and data settings, and ``.hydra/config.yaml`` is rewritten to them.
 
+    ``write``: False on the ranks other than 0, which read what rank 0 wrote (``spm/``, the copied checkpoints)
+    and write nothing.
+
     Raises:
         FileNotFoundError / nmt.checkpoint.CheckpointError: for a resume checkpoint that is missing or unusable.
     """
@@ -106,13 +140,14 @@ def start_or_resume(cfg, run_dir: Path, device, overrides=()):
         resume = Path(resume) / "checkpoints" / "last.pt"
     if cfg.train.get("resume") or Path(resume).is_file():
         model, src_tok, tgt_tok, payload, cfg = resume_from(resume, cfg, run_dir, device, overrides)
-        save_config(cfg, run_dir / ".hydra" / "config.yaml")  # the folder describes the model trained
+        if write:
+            save_config(cfg, run_dir / ".hydra" / "config.yaml")  # the folder describes the model trained
         return cfg, load_splits(cfg.data), model, (src_tok, tgt_tok), payload
     with torch.random.fork_rng(devices=[]):  # a bad architecture setting (decoder.style=...) fails before any work;
-        build_model(cfg, 8, 8)      # the RNG is left as it was, so the model's initialisation is unchanged
+        build_model(cfg.model, cfg.decoder, cfg.attention, 8, 8)      # the RNG is left as it was, so the model's initialisation is unchanged
     splits = load_splits(cfg.data)
     src_tok, tgt_tok = prepare_tokenizers(cfg.tokenizer, splits["train"], run_dir / "spm")
-    model = build_model(cfg, len(src_tok), len(tgt_tok)).to(device)
+    model = build_model(cfg.model, cfg.decoder, cfg.attention, len(src_tok), len(tgt_tok)).to(device)
     return cfg, splits, model, (src_tok, tgt_tok), None
 
 

@@ -12,9 +12,11 @@ log = logging.getLogger(__name__)
 
 
 @contextmanager
-def stop_on_signals():
+def stop_on_signals(abort_on_second: bool = True):
     """While active, SIGINT/SIGTERM set ``flag["signal"]`` so the loop can finish its step and save; a second
-    signal aborts at once (KeyboardInterrupt). Outside the main thread, signals are left alone."""
+    signal aborts at once (KeyboardInterrupt) when ``abort_on_second``. Under torchrun it is not (a Ctrl-C
+    reaches every worker from the terminal and again from torchrun, which ends them itself after its grace
+    period). Outside the main thread, signals are left alone."""
     flag: dict = {"signal": None}
     if threading.current_thread() is not threading.main_thread():
         yield flag
@@ -22,7 +24,9 @@ def stop_on_signals():
 
     def handler(signum, _frame):
         if flag["signal"]:
-            raise KeyboardInterrupt
+            if abort_on_second:
+                raise KeyboardInterrupt
+            return
         flag["signal"] = signal.Signals(signum).name
         log.warning("%s received: finishing the current step, then saving checkpoints/last.pt "
                     "(send it again to abort without saving)", flag["signal"])

@@ -29,10 +29,17 @@ class Progress:
     bad_validations: int = 0
     train_seconds: float = 0.0
     validated_step: int = 0  # the step of the last validation (a resume at a stop validates unless it was done)
+    world_size: int = 1  # the ranks that trained it (batch_in_epoch counts the batches of all ranks together)
+
+
+def rng_states(dist) -> list | None:
+    """Every rank's torch RNG state ``[5056]`` uint8 (rank order) under several ranks, so that a resume on the
+    same number of ranks continues each rank's dropout sequence; None on one rank. Every rank must call it."""
+    return dist.gather(torch.get_rng_state()) if dist.active else None
 
 
 def save_state(path: Path, cfg, model, optimizer, scheduler, toks, progress: Progress,
-               ema: ExponentialMovingAverage | None = None) -> None:
+               ema: ExponentialMovingAverage | None = None, rank_rngs: list | None = None) -> None:
     """A full training checkpoint: weights, optimizer, scheduler, progress and the torch RNG states (CPU, and
     every CUDA device's when CUDA is in use, so dropout continues its sequence after a resume on a GPU).
 
@@ -40,6 +47,8 @@ def save_state(path: Path, cfg, model, optimizer, scheduler, toks, progress: Pro
     and translated, ``train_weights`` the raw weights that training continues from, and ``ema_updates`` how many
     updates the average has followed (:func:`resume_from` puts them back)."""
     rng = {"torch": torch.get_rng_state()}
+    if rank_rngs is not None:
+        rng["ranks"] = rank_rngs
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         rng["cuda"] = torch.cuda.get_rng_state_all()
     state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict() if scheduler else None,
@@ -64,7 +73,7 @@ def moving_average(t, model, payload: dict | None) -> ExponentialMovingAverage |
                                     updates=payload.get("ema_updates", 0) if saved is not None else 0)
 
 
-def restore(payload: dict, optimizer, scheduler, t) -> Progress:
+def restore(payload: dict, optimizer, scheduler, t, dist=None) -> Progress:
     """Load the optimizer, scheduler and torch RNG states of a full checkpoint's ``payload`` (as returned by
     :func:`resume_from`) into the new run; returns its :class:`Progress`.
 
@@ -87,10 +96,7 @@ def restore(payload: dict, optimizer, scheduler, t) -> Progress:
         log.info("learning rate set to train.lr=%s from here", t.lr)
     # a checkpoint from before validated_step was kept was written by a validation, or after a signal
     progress = Progress(**{"validated_step": payload["progress"].get("step", 0), **payload["progress"]})
-    torch.set_rng_state(payload["rng"]["torch"].cpu())
-    if payload["rng"].get("cuda") and torch.cuda.is_available() and len(payload["rng"]["cuda"]) == \
-            torch.cuda.device_count():
-        torch.cuda.set_rng_state_all([state.cpu() for state in payload["rng"]["cuda"]])
+    restore_rng(payload["rng"], dist, progress)
     log.info("resumed at step %d (epoch %d, batch %d of that epoch)", progress.step, progress.epoch,
              progress.batch_in_epoch)
     if isinstance(scheduler, BudgetDecay):
@@ -98,3 +104,23 @@ def restore(payload: dict, optimizer, scheduler, t) -> Progress:
                  100 * scheduler.used(progress.step, progress.train_seconds),
                  scheduler.rate(progress.step, progress.train_seconds))
     return progress
+
+
+def restore_rng(rng: dict, dist, progress: Progress) -> None:
+    """Put back the RNG states of a checkpoint: this rank's own under several ranks when the checkpoint was
+    written by as many (``rng["ranks"]``), else rank 0's saved state on rank 0 and a fresh seed elsewhere
+    (warned: the run continues with the new share, but not as an uninterrupted run would). The ranks of the
+    checkpoint and of this run are compared through ``progress.world_size``, which is set to this run's."""
+    world, rank = (dist.world_size, dist.rank) if dist is not None else (1, 0)
+    ranks = rng.get("ranks")
+    if world > 1 and ranks is not None and len(ranks) == world:
+        torch.set_rng_state(ranks[rank].cpu())
+    elif rank == 0:
+        torch.set_rng_state(rng["torch"].cpu())
+    if progress.world_size != world and rank == 0:
+        log.warning("resuming on %d rank(s) a run trained on %d: each rank takes its new share of the same batch "
+                    "order from here, but dropout's random numbers differ from an uninterrupted run",
+                    world, progress.world_size)
+    progress.world_size = world
+    if rng.get("cuda") and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all([state.cpu() for state in rng["cuda"]])

@@ -41,7 +41,8 @@ def validation_loss(model, pairs, batch_tokens: int, device) -> float:
 
 
 def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, toks, run_dir, device,
-             progress: Progress, record: dict, ema: ExponentialMovingAverage | None = None) -> str | None:
+             progress: Progress, record: dict, ema: ExponentialMovingAverage | None = None,
+             rank_rngs: list | None = None) -> str | None:
     """Validation loss/perplexity and greedy BLEU; checkpoints; metrics.jsonl. Returns a stop reason or None.
 
     ``best.pt`` and the step checkpoint are written before ``last.pt``, so the best BLEU that ``last.pt``
@@ -71,10 +72,12 @@ def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, tok
     progress.validated_step = progress.step
     progress.train_seconds += time.monotonic() - began
     if improved:
-        save_state(run_dir / "checkpoints" / "best.pt", cfg, model, optimizer, scheduler, toks, progress, ema)
+        save_state(run_dir / "checkpoints" / "best.pt", cfg, model, optimizer, scheduler, toks, progress, ema,
+                   rank_rngs)
     if cfg.train.get("keep_best"):
         keep_step_checkpoint(cfg, model, toks, run_dir, progress, ema)
-    save_state(run_dir / "checkpoints" / "last.pt", cfg, model, optimizer, scheduler, toks, progress, ema)
+    save_state(run_dir / "checkpoints" / "last.pt", cfg, model, optimizer, scheduler, toks, progress, ema,
+               rank_rngs)
     return patience_spent(cfg.train, progress)
 
 

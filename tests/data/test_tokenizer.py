@@ -180,7 +180,7 @@ def test_restricted_vocabulary_travels_in_checkpoints(tokenizer, small_splits, c
 
     src_tok, tgt_tok = tokenizer.restricted(small_splits["train"].src), tokenizer.restricted(small_splits["train"].tgt)
     cfg = compose_cfg(["model.emb_size=8", "model.hidden_size=12", "device=cpu"])
-    model = build_model(cfg, len(src_tok), len(tgt_tok))
+    model = build_model(cfg.model, cfg.decoder, cfg.attention, len(src_tok), len(tgt_tok))
     checkpoint.save(tmp_path / "m.pt", model, cfg, src_tok, tgt_tok)
     _, _, src2, tgt2, _ = checkpoint.load(tmp_path / "m.pt")
     assert (src2.vocab, tgt2.vocab) == (src_tok.vocab, tgt_tok.vocab)

@@ -37,7 +37,7 @@ def three_checkpoints(compose_cfg, tokenizer, tmp_path):
     paths, states = [], []
     for seed in range(3):
         torch.manual_seed(seed)
-        model = build_model(cfg, len(tokenizer), len(tokenizer))
+        model = build_model(cfg.model, cfg.decoder, cfg.attention, len(tokenizer), len(tokenizer))
         path = tmp_path / "checkpoints" / f"step_{(seed + 1) * 10}.pt"
         checkpoint.save(path, model, cfg, tokenizer, tokenizer, progress={"step": (seed + 1) * 10})
         paths.append(path)
@@ -69,7 +69,7 @@ def test_different_architectures_are_refused_by_name(three_checkpoints, compose_
     _, paths, _ = three_checkpoints
     other = tmp_path / "other.pt"
     cfg = compose_cfg(["model.emb_size=8", "model.hidden_size=16", "device=cpu"])
-    checkpoint.save(other, build_model(cfg, len(tokenizer), len(tokenizer)), cfg, tokenizer, tokenizer)
+    checkpoint.save(other, build_model(cfg.model, cfg.decoder, cfg.attention, len(tokenizer), len(tokenizer)), cfg, tokenizer, tokenizer)
     with pytest.raises(CheckpointError, match="other.pt.*shape"):
         average_checkpoints([paths[0], other], tmp_path / "out.pt")
     assert not (tmp_path / "out.pt").exists()
@@ -82,7 +82,7 @@ def test_same_shapes_but_another_model_or_other_subwords_are_refused(three_check
     """Scaled and unscaled dot attention have the same weights' shapes, and so do two corpora's subword models of
     one size; averaging them would give a meaningless model that silently carries the first one's tokenizer."""
     cfg = compose_cfg([*SMALL, "attention=dot"])
-    model = build_model(cfg, len(tokenizer), len(tokenizer))
+    model = build_model(cfg.model, cfg.decoder, cfg.attention, len(tokenizer), len(tokenizer))
     paths = {}
     for scaled in (True, False):
         cfg.attention.scaled = scaled
@@ -128,7 +128,7 @@ def test_checkpoints_from_before_later_settings_load_resume_and_average(three_ch
     average_checkpoints([paths[0], old], tmp_path / "out.pt")
     cfg = compose_cfg([*SMALL, "decoder.input_feeding=false"])
     nofeed = tmp_path / "nofeed.pt"
-    checkpoint.save(nofeed, build_model(cfg, len(tokenizer), len(tokenizer)), cfg, tokenizer, tokenizer)
+    checkpoint.save(nofeed, build_model(cfg.model, cfg.decoder, cfg.attention, len(tokenizer), len(tokenizer)), cfg, tokenizer, tokenizer)
     assert checkpoint.load(nofeed)[0].decoder.input_feeding is False
     with pytest.raises(CheckpointError, match="nofeed.pt"):
         average_checkpoints([old, nofeed], tmp_path / "out2.pt")

@@ -43,7 +43,7 @@ def test_the_average_follows_the_formula_with_the_warm_up():
 def test_applied_swaps_the_average_in_and_the_raw_weights_back_bit_for_bit_even_after_an_error(compose_cfg):
     """On a real model with tied embeddings: the shared matrix is averaged once and shows in both places."""
     cfg = compose_cfg(["model.emb_size=8", "model.hidden_size=16", "model.tie_embeddings=true"])
-    model = build_model(cfg, 20, 20)
+    model = build_model(cfg.model, cfg.decoder, cfg.attention, 20, 20)
     assert model.decoder.generator.weight is model.decoder.embed.weight
     ema = ExponentialMovingAverage(model, decay=0.9)
     assert len(ema.shadow) == len(list(model.parameters()))  # the tied matrix once

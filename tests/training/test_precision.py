@@ -1,0 +1,61 @@
+"""Mixed precision (train.precision): bf16 autocast on CPU trains every score model and decoder style, keeps
+exact zeros on padding, and leaves the weights, optimizer state and checkpoints in fp32."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nmt.data.batches import collate
+from nmt.models.build import build_model
+from nmt.models.precision import Precision, check_precision
+from nmt.training.run import train
+from nmt.training.step import train_step
+
+SRC = [[5, 6, 7, 8, 9, 3], [10, 11, 3]]  # the second sentence has 3 padding positions
+TGT = [[12, 13, 14, 3], [15, 3]]
+
+
+@pytest.mark.parametrize("style", ["luong", "bahdanau"])
+@pytest.mark.parametrize("attention", ["additive", "dot", "general", "local_p"])
+def test_bf16_training_lowers_the_loss_and_keeps_padding_at_zero(compose_cfg, attention, style):
+    cfg = compose_cfg([f"attention={attention}", f"decoder.style={style}", "model.emb_size=16",
+                       "model.hidden_size=32", "model.dropout=0"])
+    torch.manual_seed(0)
+    model = build_model(cfg.model, cfg.decoder, cfg.attention, 40, 40)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    batch = collate(SRC, TGT, [0, 1])
+    bf16 = Precision("bf16", torch.device("cpu"))
+    losses = [train_step(model, optimizer, batch, cfg.train, precision=bf16) for _ in range(25)]
+    first, last = (loss / ntok for loss, ntok in (losses[0], losses[-1]))
+    assert last < 0.5 * first
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert all(v.dtype == torch.float32 for s in optimizer.state.values() for v in s.values() if v.is_floating_point())
+    model.eval()
+    with torch.no_grad(), bf16.autocast():
+        logits, weights = model(batch.src, batch.src_mask, batch.tgt_in)
+    assert weights.dtype == torch.bfloat16 and torch.isfinite(logits).all() and torch.isfinite(weights).all()
+    assert torch.equal(weights[1, :, 3:], torch.zeros_like(weights[1, :, 3:]))  # exact zeros, not tiny numbers
+    if attention != "local_p":  # local-p's Gaussian window leaves each row below 1 by design (Luong eq. 10)
+        torch.testing.assert_close(weights.float().sum(-1), torch.ones(weights.shape[:2]), atol=2e-2, rtol=0)
+
+
+def test_bf16_run_writes_fp32_checkpoints(compose_cfg, tmp_path):
+    cfg = compose_cfg(["data.train_limit=200", "data.eval_limit=4", "tokenizer.vocab_size=500", "model.emb_size=16",
+                       "model.hidden_size=32", "train.batch_tokens=150", "train.max_steps=4", "train.valid_every=4",
+                       "decode.beam_size=1", "eval.plots=0", "device=cpu", "train.precision=bf16",
+                       "train.keep_best=0"])
+    results = train(cfg, tmp_path / "run")
+    assert results["steps"] == 4 and (tmp_path / "run" / "eval" / "test.scores.json").is_file()
+    payload = torch.load(tmp_path / "run" / "checkpoints" / "last.pt", weights_only=True)
+    assert all(t.dtype == torch.float32 for t in payload["model"].values() if t.is_floating_point())
+    assert payload["config"]["train"]["precision"] == "bf16"
+
+
+@pytest.mark.parametrize("precision, device, message", [
+    ("fp16", "cpu", "train.precision=fp16 needs a CUDA device"),
+    ("half", "cpu", "train.precision=half is not one of fp32, bf16, fp16"),
+])
+def test_bad_precision_is_refused(precision, device, message):
+    with pytest.raises(ValueError, match=message):
+        check_precision(precision, torch.device(device))
