@@ -8,12 +8,15 @@ not set; it is set here at import so that subprocesses (``python train.py``) inh
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("NMT_DATA_DIR", str((REPO_ROOT.parent / "shared" / "corpora").resolve()))
+# token stores of the runs the tests train go to a fresh folder (subprocesses inherit it), not ~/.cache/nmt
+os.environ.setdefault("NMT_CACHE_DIR", tempfile.mkdtemp(prefix="nmt-cache-"))
 
 SLICE_PAIRS = 3000  # first N training pairs of Multi30k de-en used by the small-data fixtures
 SPM_VOCAB = 500

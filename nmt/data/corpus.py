@@ -58,12 +58,12 @@ def read_parallel(name: str, src_path: str | Path, tgt_path: str | Path) -> Para
     return Parallel(name, src, tgt)
 
 
-def _multi30k_local(data_cfg) -> dict[str, Parallel] | None:
+def _multi30k_local(data_cfg, train: bool = True) -> dict[str, Parallel] | None:
     folder = Path(data_cfg.dir)
     if not folder.is_dir():
         return None
     splits = {}
-    for split in SPLITS:
+    for split in SPLITS if train else SPLITS[1:]:
         stem = data_cfg.files[split]
         paths = [folder / f"{stem}.{lang}.gz" for lang in (data_cfg.src_lang, data_cfg.tgt_lang)]
         missing = [str(p) for p in paths if not p.is_file()]
@@ -92,7 +92,7 @@ def _multi30k_hub(data_cfg) -> dict[str, Parallel]:
             for split, hub in HUB_SPLITS.items()}
 
 
-def load_splits(data_cfg) -> dict[str, Parallel]:
+def load_splits(data_cfg, train: bool = True) -> dict[str, Parallel]:
     """Load train/valid/test as configured by a ``conf/data/*.yaml`` node.
 
     ``kind: multi30k`` reads ``{dir}/{train,val,test_2016_flickr}.{lang}.gz``, or the hub when ``dir`` is absent;
@@ -101,16 +101,17 @@ def load_splits(data_cfg) -> dict[str, Parallel]:
     splits (the setting of an unsupervised aligner that sees only the sentences to align). ``train_limit``
     keeps the first N training pairs, ``eval_limit`` the first N validation and test pairs (quick runs).
     ``normalize`` (nmt.data.normalize) is applied to every split, then ``extra_train`` adds training pairs
-    (:func:`read_extra`, normalized the same way unless ``pretokenized``).
+    (:func:`read_extra`, normalized the same way unless ``pretokenized``). ``train=False`` leaves out the
+    training split of a local corpus (training reads it as a stream: :mod:`nmt.data.stream`).
 
     Raises:
         DataError / FileNotFoundError / nmt.data.textio.TextFileError, each naming the file and what to do.
     """
     if data_cfg.kind == "multi30k":
-        splits = _multi30k_local(data_cfg) or _multi30k_hub(data_cfg)
+        splits = _multi30k_local(data_cfg, train) or _multi30k_hub(data_cfg)
     elif data_cfg.kind == "files":
         splits = {}
-        for split in SPLITS:
+        for split in SPLITS if train else SPLITS[1:]:
             src, tgt = data_cfg.get(f"{split}_src"), data_cfg.get(f"{split}_tgt")
             if src and tgt:
                 splits[split] = read_parallel(split, src, tgt)
@@ -123,7 +124,7 @@ def load_splits(data_cfg) -> dict[str, Parallel]:
         splits = {split: Parallel(split, pairs.src, pairs.tgt) for split in SPLITS}
     else:
         raise DataError(f"unknown data.kind {data_cfg.kind!r}: use multi30k, files or bitext")
-    if data_cfg.get("train_limit"):
+    if data_cfg.get("train_limit") and "train" in splits:
         train = splits["train"]
         splits["train"] = Parallel("train", train.src[: data_cfg.train_limit], train.tgt[: data_cfg.train_limit])
     if data_cfg.get("eval_limit"):
@@ -136,7 +137,7 @@ def load_splits(data_cfg) -> dict[str, Parallel]:
     if src_norm.active or tgt_norm.active:
         splits = {name: Parallel(name, src_norm.lines(split.src), tgt_norm.lines(split.tgt))
                   for name, split in splits.items()}
-    for extra in data_cfg.get("extra_train") or []:
+    for extra in (data_cfg.get("extra_train") or []) if "train" in splits else []:
         more = read_extra(extra, data_cfg.src_lang, data_cfg.tgt_lang)
         keep = bool(extra.get("pretokenized"))  # already in the gold convention: only the token-preserving part
         more = Parallel(more.name, src_norm.lines(more.src, keep), tgt_norm.lines(more.tgt, keep))

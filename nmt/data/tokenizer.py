@@ -12,6 +12,7 @@ off) is decoded to the surface string `` ⁇ `` (SentencePiece's own convention)
 from __future__ import annotations
 
 import io
+import itertools
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -181,8 +182,10 @@ class Tokenizer:
         byte piece (so unseen characters still round-trip)."""
         used = {PAD_ID, UNK_ID, BOS_ID, EOS_ID}
         used.update(i for i in range(self.sp.get_piece_size()) if self.sp.is_byte(i))
-        for ids in self.sp.encode([t for t in texts if t.strip()]):
-            used.update(ids)
+        texts = iter(texts)
+        while chunk := list(itertools.islice(texts, 20_000)):  # a stream: a chunk in memory at a time
+            for ids in self.sp.encode([t for t in chunk if t.strip()]):
+                used.update(ids)
         return Tokenizer(self.model_proto, self.name, vocab=used)
 
     def __len__(self) -> int:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 from pathlib import Path
 
 import sentencepiece as spm
@@ -18,6 +17,8 @@ import torch
 
 from nmt.data.batches import encode_pairs
 from nmt.data.corpus import Parallel, load_splits
+from nmt.data.store import cached_store
+from nmt.data.stream import TrainStream, train_stream
 from nmt.decoding.options import check_decoding
 from nmt.models.build import build_model
 from nmt.models.device import pick_device, set_threads
@@ -142,20 +143,39 @@ def start_or_resume(cfg, run_dir: Path, device, overrides=(), write: bool = True
         model, src_tok, tgt_tok, payload, cfg = resume_from(resume, cfg, run_dir, device, overrides)
         if write:
             save_config(cfg, run_dir / ".hydra" / "config.yaml")  # the folder describes the model trained
-        return cfg, load_splits(cfg.data), model, (src_tok, tgt_tok), payload
+        return cfg, corpus_splits(cfg), model, (src_tok, tgt_tok), payload
     with torch.random.fork_rng(devices=[]):  # a bad architecture setting (decoder.style=...) fails before any work;
-        build_model(cfg.model, cfg.decoder, cfg.attention, 8, 8)      # the RNG is left as it was, so the model's initialisation is unchanged
-    splits = load_splits(cfg.data)
+        build_model(cfg.model, cfg.decoder, cfg.attention, 8, 8)  # the RNG is left as it was (same initialisation)
+    splits = corpus_splits(cfg)
     src_tok, tgt_tok = prepare_tokenizers(cfg.tokenizer, splits["train"], run_dir / "spm")
     model = build_model(cfg.model, cfg.decoder, cfg.attention, len(src_tok), len(tgt_tok)).to(device)
     return cfg, splits, model, (src_tok, tgt_tok), None
 
 
-def training_pairs(cfg, train: Parallel, toks) -> tuple[list, Callable[[int], list]]:
+def corpus_splits(cfg) -> dict:
+    """The validation and test splits in memory, and the training split as a stream
+    (:class:`nmt.data.stream.TrainStream`, read into the token store), or in memory too with
+    ``tokenizer.sample_alpha`` > 0 (each epoch segments the text anew)."""
+    if cfg.tokenizer.get("sample_alpha"):
+        return load_splits(cfg.data)
+    return {**load_splits(cfg.data, train=False), "train": train_stream(cfg.data)}
+
+
+def cache_root(cfg) -> Path:
+    """The folder of the token stores (``cache_dir``; ``~`` expanded)."""
+    return Path(str(cfg.get("cache_dir") or "~/.cache/nmt")).expanduser() / "stores"
+
+
+def training_pairs(cfg, train: Parallel | TrainStream, toks) -> tuple:
     """The encoded training pairs (best segmentation, at most ``data.max_len`` pieces a side) and the function
-    that gives the pairs of epoch e: those same pairs, or with ``tokenizer.sample_alpha`` > 0 (subword
-    regularization, Kudo 2018; BPE-dropout, Provilkov et al. 2020) a fresh sampled segmentation seeded by
-    ``seed + e``."""
+    that gives the pairs of epoch e. From a stream: the memory-mapped token store of the corpus and these
+    tokenizers (:func:`nmt.data.store.cached_store`, built once, by one rank, and reused by later runs). With
+    ``tokenizer.sample_alpha`` > 0 (subword regularization, Kudo 2018; BPE-dropout, Provilkov et al. 2020): a
+    fresh sampled segmentation every epoch, seeded by ``seed + e``."""
+    if isinstance(train, TrainStream):
+        store = cached_store(cache_root(cfg), train.files, *toks, cfg.data.max_len,
+                             lambda: (train.lines("src"), train.lines("tgt")), extra={"data": train.settings})
+        return store, lambda epoch: store
     pairs = encode_pairs(train, *toks, cfg.data.max_len)
     alpha = cfg.tokenizer.get("sample_alpha") or 0.0
     if not alpha:

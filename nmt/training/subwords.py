@@ -9,6 +9,7 @@ import logging
 from pathlib import Path
 
 from nmt.data.corpus import Parallel
+from nmt.data.stream import TrainStream
 from nmt.data.textio import atomic_write
 from nmt.data.tokenizer import Tokenizer, train_spm
 
@@ -18,9 +19,12 @@ log = logging.getLogger(__name__)
 SPM_SETTINGS = ("vocab_size", "model_type", "joint", "byte_fallback")  # what a SentencePiece model is trained with
 
 
-def prepare_tokenizers(tok_cfg, train: Parallel, spm_dir: Path) -> tuple[Tokenizer, Tokenizer]:
+def prepare_tokenizers(tok_cfg, train: Parallel | TrainStream, spm_dir: Path) -> tuple[Tokenizer, Tokenizer]:
     """Train SentencePiece on the training split (joint or one per side), or reuse models already in ``spm_dir``;
     with ``restrict_vocab`` each side keeps only the pieces its training text uses (the checkpoint stores the lists).
+    A :class:`~nmt.data.stream.TrainStream` is read as a stream: SentencePiece learns from a uniform sample of at
+    most ``tokenizer.train_pairs`` pairs (all of them, in order, when the corpus is smaller), and the restriction
+    reads every line.
 
     The settings the models were trained with go to ``spm_dir/settings.json``.
 
@@ -29,7 +33,10 @@ def prepare_tokenizers(tok_cfg, train: Parallel, spm_dir: Path) -> tuple[Tokeniz
             with other settings (``settings.json``) than ``tok_cfg``.
     """
     names = ["joint", "joint"] if tok_cfg.joint else ["src", "tgt"]
-    texts = {"joint": train.src + train.tgt, "src": train.src, "tgt": train.tgt}
+    sides = {"src": train.src, "tgt": train.tgt} if isinstance(train, Parallel) else None
+    if not all((spm_dir / f"{name}.model").is_file() for name in names):
+        sample = train if sides is not None else train.sample(tok_cfg.get("train_pairs"), seed=0)
+        texts = {"joint": sample.src + sample.tgt, "src": sample.src, "tgt": sample.tgt}
     wanted = {key: tok_cfg.get(key) for key in SPM_SETTINGS}
     record = spm_dir / "settings.json"
     if record.is_file() and any((spm_dir / f"{name}.model").is_file() for name in names):
@@ -49,7 +56,8 @@ def prepare_tokenizers(tok_cfg, train: Parallel, spm_dir: Path) -> tuple[Tokeniz
             atomic_write(record, json.dumps(wanted) + "\n")
     src_tok, tgt_tok = Tokenizer.load(spm_dir / f"{names[0]}.model"), Tokenizer.load(spm_dir / f"{names[1]}.model")
     if tok_cfg.get("restrict_vocab"):
-        src_tok, tgt_tok = src_tok.restricted(train.src), tgt_tok.restricted(train.tgt)
+        src_tok = src_tok.restricted(sides["src"] if sides else train.lines("src"))
+        tgt_tok = tgt_tok.restricted(sides["tgt"] if sides else train.lines("tgt"))
         log.info("vocabularies restricted to the pieces each side uses: source %d, target %d", len(src_tok),
                  len(tgt_tok))
     return src_tok, tgt_tok
