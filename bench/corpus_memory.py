@@ -5,8 +5,9 @@ size: the first run builds the token store, the second reuses it.
     NMT_DATA_DIR=../shared/corpora python bench/corpus_memory.py [--scales 1 10 100] [--steps 100] [key=value ...]
 
 Each run trains ``--steps`` updates of the default model with ``threads=1``, validates once on 100 sentences and
-evaluates greedily; the printed peak is the process's maximum resident set (``wait4``'s ru_maxrss), which counts
-the memory-mapped store pages it touched as well as its own memory.
+evaluates greedily. Printed: the peaks of the process's anonymous resident memory (its own: tensors, Python objects,
+SentencePiece) and of its file-backed resident pages (the libraries and the memory-mapped token store, which the
+kernel can drop and read again), sampled from /proc every 50 ms.
 """
 
 from __future__ import annotations
@@ -38,18 +39,32 @@ def corpus(folder: Path, scale: int, data: Path) -> list[str]:
             f"data.test_tgt={data}/multi30k/test_2016_flickr.en.gz"]
 
 
-def run(settings: list[str], run_dir: Path, cache: Path) -> tuple[float, float, str]:
-    """Peak RSS (GiB), seconds and the store line of one training run."""
+def rss(pid: int) -> tuple[int, int]:
+    """The process's current anonymous and file-backed resident memory (KiB), from /proc; (0, 0) once it ended."""
+    try:
+        fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+        return int(fields["RssAnon"].split()[0]), int(fields["RssFile"].split()[0])
+    except (OSError, KeyError, ValueError):
+        return 0, 0
+
+
+def run(settings: list[str], run_dir: Path, cache: Path) -> dict:
+    """Peak memory (GiB: anonymous, file-backed), seconds and the store line of one training run."""
     start = time.monotonic()
     proc = subprocess.Popen([sys.executable, "train.py", *settings, f"hydra.run.dir={run_dir}"], cwd=ROOT,
                             env={**os.environ, "NMT_CACHE_DIR": str(cache)}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    _, status, usage = os.wait4(proc.pid, 0)
-    if status:
+    anon = file = 0
+    while proc.poll() is None:  # sampled every 50 ms: the peak of a short spike may be missed by that much
+        now = rss(proc.pid)
+        anon, file = max(anon, now[0]), max(file, now[1])
+        time.sleep(0.05)
+    if proc.returncode:
         raise SystemExit(f"train.py failed: see {run_dir}/train.log")
     log = (run_dir / "train.log").read_text(encoding="utf-8")
     store = re.findall(r"(building|reusing) the token store", log)
-    return usage.ru_maxrss / 2**20, time.monotonic() - start, store[0] if store else "?"
+    return {"anon": anon / 2**20, "file": file / 2**20,
+            "seconds": time.monotonic() - start, "store": store[0] if store else "?"}
 
 
 def main() -> None:
@@ -60,7 +75,7 @@ def main() -> None:
     data = Path(os.environ.get("NMT_DATA_DIR", ROOT.parent / "shared" / "corpora")).resolve()
     work = Path(tempfile.mkdtemp(prefix="nmt-corpus-memory-"))
     try:
-        print(f"{'corpus':<8} {'pairs':>10} {'run':<8} {'store':<9} {'peak RSS GiB':>12} {'seconds':>8}")
+        print(f"{'corpus':<8} {'pairs':>10} {'run':<8} {'store':<9} {'anon GiB':>9} {'file GiB':>9} {'seconds':>8}")
         for scale in args.scales:
             folder = work / f"x{scale}"
             folder.mkdir()
@@ -68,9 +83,9 @@ def main() -> None:
                         f"train.valid_every={args.steps}", "data.eval_limit=100", "decode=greedy", "eval.plots=0",
                         "train.keep_best=0", "threads=1", "device=cpu", *overrides]
             for attempt in ("first", "second"):
-                rss, seconds, store = run(settings, folder / attempt, work / "cache")
-                print(f"{scale:>3}x     {29000 * scale:>10,} {attempt:<8} {store:<9} {rss:>12.2f} {seconds:>8.0f}",
-                      flush=True)
+                got = run(settings, folder / attempt, work / "cache")
+                print(f"{scale:>3}x     {29000 * scale:>10,} {attempt:<8} {got['store']:<9} {got['anon']:>9.2f} "
+                      f"{got['file']:>9.2f} {got['seconds']:>8.0f}", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

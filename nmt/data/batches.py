@@ -103,7 +103,7 @@ def _cuts(sorted_lengths: list[int], batch_tokens: int, max_sentences: int | Non
 
 
 def batch_indices(lengths: Sequence[int] | np.ndarray, batch_tokens: int, shuffle: bool, seed: int = 0,
-                  max_sentences: int | None = None) -> list[list[int]] | list[np.ndarray]:
+                  max_sentences: int | None = None, group: int = 1) -> list[list[int]] | list[np.ndarray]:
     """Group example indices into batches of at most ``batch_tokens`` padded tokens (longest side x count).
 
     Length bucketing: examples are sorted by length (within shuffled pools of ~100 batches when ``shuffle``),
@@ -113,6 +113,11 @@ def batch_indices(lengths: Sequence[int] | np.ndarray, batch_tokens: int, shuffl
     ``lengths`` ``[N]`` may be a list or a numpy integer array (:attr:`nmt.data.store.TokenStore.lengths`):
     an array gives the same batches, each as an int64 index array instead of a list, and no Python int per
     example (about 8 bytes per example in all).
+
+    ``group`` > 1 (the batches of one update: accumulation steps x ranks): runs of ``group`` neighbouring batches
+    of the length-sorted order are shuffled as units, so the ranks of an update get batches of similar
+    lengths and take about as long (none waits for a peer's long sentences); the ``len % group`` batches that
+    fill no run are drawn at random and put at the end. ``group=1`` is the plain shuffle.
     """
     rng = random.Random(seed)
     array = isinstance(lengths, np.ndarray)
@@ -131,15 +136,27 @@ def batch_indices(lengths: Sequence[int] | np.ndarray, batch_tokens: int, shuffl
             chunk = sorted(order[start : start + pool], key=lambda i: lengths[i])
             chunk_lengths = [lengths[i] for i in chunk]
         batches += [chunk[a:b] for a, b in _cuts(chunk_lengths, batch_tokens, max_sentences)]
+    if shuffle and group > 1:
+        return _shuffled_runs(batches, group, rng)
     if shuffle:
         rng.shuffle(batches)
     return batches
 
 
+def _shuffled_runs(batches: list, group: int, rng: random.Random) -> list:
+    """``batches`` in shuffled runs of ``group`` neighbours, the left-over batches (drawn at random) last."""
+    spare = set(rng.sample(range(len(batches)), len(batches) % group))
+    kept = [batch for i, batch in enumerate(batches) if i not in spare]
+    runs = [kept[i : i + group] for i in range(0, len(kept), group)]
+    rng.shuffle(runs)
+    return [batch for run in runs for batch in run] + [batches[i] for i in sorted(spare)]
+
+
 def iterate_batches(pairs: Sequence[tuple[list[int], list[int]]], batch_tokens: int, shuffle: bool,
-                    seed: int = 0, pad_id: int = 0, max_sentences: int | None = None, skip: int = 0):
+                    seed: int = 0, pad_id: int = 0, max_sentences: int | None = None, skip: int = 0,
+                    group: int = 1):
     """Yield training :class:`Batch` es over ``pairs`` for one epoch (see :func:`batch_indices`), leaving out
-    the first ``skip`` batches (a resumed epoch).
+    the first ``skip`` batches (a resumed epoch); ``group``: the batches of one update, kept neighbours.
 
     ``pairs`` is a list of (src_ids, tgt_ids) or anything indexable with a ``lengths`` attribute ``[N]`` (max
     of both sides per pair, e.g. a :class:`nmt.data.store.TokenStore`), which is then used instead of reading
@@ -148,6 +165,6 @@ def iterate_batches(pairs: Sequence[tuple[list[int], list[int]]], batch_tokens: 
     lengths = getattr(pairs, "lengths", None)
     if lengths is None:
         lengths = [max(len(s), len(t)) for s, t in pairs]
-    for idx in batch_indices(lengths, batch_tokens, shuffle, seed, max_sentences)[skip:]:
+    for idx in batch_indices(lengths, batch_tokens, shuffle, seed, max_sentences, group)[skip:]:
         items = [pairs[i] for i in idx]
         yield collate([s for s, _ in items], [t for _, t in items], idx, pad_id)

@@ -2,11 +2,12 @@
 
 Every rank computes the same length-bucketed batch order from the seed and the epoch
 (:func:`nmt.data.batches.iterate_batches`), cuts it into groups of ``accum_steps x world_size`` consecutive
-batches, one group per update, and takes every ``world_size``-th batch of each group from its rank on. So one
+batches, one group per update, and takes every ``world_size``-th batch of each group from its rank on. A group's
+batches are neighbours in the length-sorted order (similar lengths), so the ranks of an update finish their
+share at about the same time. So one
 process with ``accum_steps=2`` and two processes with ``accum_steps=1`` make the same updates from the same
-batches, and every rank takes the same number of updates per epoch. The batches of an incomplete last group are
-left out of that epoch (and said so in the log); the order is shuffled anew each epoch, so they are other
-batches the next time.
+batches, and every rank takes the same number of updates per epoch. The batches that fill no group (drawn at random) are
+left out of that epoch (and said so in the log); they are other batches the next time.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class UpdateBatches:
         batches of the epoch (all ranks' together: a resumed epoch)."""
         current: list[Batch] = []
         self.left_out = 0
-        for batch in iterate_batches(pairs, self.batch_tokens, shuffle=True, seed=seed, skip=skip):
+        for batch in iterate_batches(pairs, self.batch_tokens, shuffle=True, seed=seed, skip=skip, group=self.group):
             current.append(batch)
             if len(current) == self.group:
                 yield current[self.dist.rank::self.dist.world_size]

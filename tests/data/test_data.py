@@ -235,6 +235,26 @@ def test_batch_indices_seeds(lengths):
     assert batch_indices(lengths, 400, shuffle=False, seed=1) == batch_indices(lengths, 400, shuffle=False, seed=2)
 
 
+@pytest.mark.parametrize("group", [2, 3, 4])
+def test_batches_of_one_update_are_neighbours_of_similar_length(lengths, group):
+    """group > 1: the same batches, in shuffled runs of `group` neighbours of the sorted order (the ranks of an
+    update get batches of similar lengths); the left-over batches last; group=1 is the plain shuffle."""
+    plain = batch_indices(lengths, 250, shuffle=True, seed=4)
+    assert batch_indices(lengths, 250, shuffle=True, seed=4, group=1) == plain
+    runs = batch_indices(lengths, 250, shuffle=True, seed=4, group=group)
+    assert sorted(map(tuple, runs)) == sorted(map(tuple, plain)) and runs != plain
+    full = len(runs) - len(runs) % group
+    longest = [max(lengths[i] for i in b) for b in runs]
+
+    def spread(order):  # mean range of the longest lengths within the updates' groups
+        return sum(max(order[i:i + group]) - min(order[i:i + group]) for i in range(0, full, group)) / (full // group)
+
+    plain_longest = [max(lengths[i] for i in b) for b in plain]
+    assert spread(plain_longest) > 3 * spread(longest)
+    assert runs[:full] != sorted(runs[:full], key=lambda b: max(lengths[i] for i in b))  # the runs are shuffled
+    assert batch_indices(lengths, 250, shuffle=True, seed=5, group=group)[full:] != runs[full:] or len(runs) % group == 0
+
+
 def test_collate():
     src = [[5, 6, 3], [7, 3], [8, 9, 10, 11, 3]]
     tgt = [[12, 3], [13, 14, 15, 3], [3]]
