@@ -15,6 +15,7 @@ collective with an error naming the rank, instead of waiting.
 from __future__ import annotations
 
 import datetime
+import gc
 import logging
 import os
 from dataclasses import dataclass
@@ -100,8 +101,11 @@ class Distributed:
         return tensor.tolist()
 
     def close(self) -> None:
-        """Leave the process group (after the last collective)."""
+        """Leave the process group (after the last collective). The DistributedDataParallel wrapper, which holds
+        the group and lives in reference cycles, is collected first: left to the interpreter's shutdown, its
+        backend threads can be torn down after Python and abort the process."""
         if self.active and dist.is_initialized():
+            gc.collect()
             dist.destroy_process_group()
 
 
