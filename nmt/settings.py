@@ -8,6 +8,7 @@ instantiates the ``_target_`` nodes (the attention factory) that the configs nam
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 from hydra.utils import instantiate as hydra_instantiate
@@ -87,3 +88,19 @@ def instantiate(node):
         hydra.errors.InstantiationException: for a target that cannot be imported or called with the node's keys.
     """
     return hydra_instantiate(node)
+
+
+_PLAIN_VALUE = re.compile(r"[A-Za-z0-9/._:+~-]+")
+_KEYWORDS = {"null", "true", "false", "nan", "inf", "-inf", "+inf"}  # typed by Hydra when bare
+
+
+def override(key: str, value: str | Path) -> str:
+    """A ``key=value`` command-line override that Hydra reads back as the string ``value``. A plain path (letters,
+    digits and ``/._:+~-``) stays bare; anything else is single-quoted, with ``'`` and the backslashes before a
+    quote or at the end escaped, since Hydra's grammar splits or refuses ``=``, ``,``, spaces, brackets and
+    non-ASCII letters in a bare value and types ``null``, ``true`` or ``inf``. (``${...}`` is still OmegaConf's.)"""
+    text = str(value)
+    if _PLAIN_VALUE.fullmatch(text) and not text[0].isdigit() and text.lower() not in _KEYWORDS:
+        return f"{key}={text}"
+    escaped = re.sub(r"(\\*)('|$)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), text)
+    return f"{key}='{escaped}'"

@@ -22,8 +22,14 @@ log = logging.getLogger(__name__)
 
 def final_checkpoint(cfg, valid: Parallel, run_dir: Path, device, best_bleu: float) -> tuple[Path, dict]:
     """The checkpoint to evaluate: ``best.pt``, or with ``train.average`` the mean of the kept step checkpoints
-    (``averaged.pt``) when its greedy validation BLEU is at least best.pt's. Returns (path, facts to report)."""
+    (``averaged.pt``) when its greedy validation BLEU is at least best.pt's. Without ``best.pt`` (a run resumed
+    from a ``last.pt`` copied without it, whose validations since never beat the best it records) ``last.pt``
+    is evaluated, with a warning. Returns (path, facts to report)."""
     best = run_dir / "checkpoints" / "best.pt"
+    if not best.is_file():
+        log.warning("%s is missing (the checkpoint this run resumed from was copied without it, and no validation "
+                    "since beat the best BLEU it records): evaluating last.pt", best)
+        return run_dir / "checkpoints" / "last.pt", {}
     if not (cfg.train.get("average") and (cfg.train.get("keep_best") or 0) > 1):
         return best, {}
     paths = select_checkpoints(run_dir, best=cfg.train.keep_best)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from nmt.data.corpus import Parallel
 from nmt.models.precision import FP32, Precision
+from nmt.settings import override
 from nmt.training.distributed import Distributed
 from nmt.training.ema import ExponentialMovingAverage
 from nmt.training.meter import Meter
@@ -164,7 +165,7 @@ def interrupted(cfg, model, optimizer, scheduler, toks, run_dir: Path, progress:
     keep = [o for o in overrides if not o.startswith(("hydra.run.dir=", "train.resume="))]
     launcher = f"torchrun --nproc_per_node {dist.world_size}" if dist.active else "python"
     log.warning("%s: stopped at step %d and saved %s. Resume with:\n  %s train.py %s", name, progress.step,
-                last, launcher, shlex.join([*keep, f"train.resume={last}", f"hydra.run.dir={run_dir.resolve()}"]))
+                last, launcher, shlex.join([*keep, override("train.resume", last), override("hydra.run.dir", run_dir.resolve())]))
     return f"interrupted by {name}"
 
 

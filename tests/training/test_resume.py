@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 import torch
 
 from nmt.models import checkpoint
+from nmt.settings import override
 from nmt.training.run import train
 
 N = 6  # steps before the interruption; the uninterrupted run goes to 2N
@@ -61,6 +63,23 @@ def test_stop_at_n_and_resume_to_2n_equals_uninterrupted_run(compose_cfg, tmp_pa
     assert checkpoint_steps(resumed) == [N, 2 * N]
     assert resumed_records[-1]["train_loss"] == pytest.approx(full_records[-1]["train_loss"], abs=1e-6)
     assert resumed_records[-1]["valid_loss"] == pytest.approx(full_records[-1]["valid_loss"], abs=1e-6)
+
+
+def test_a_last_pt_copied_alone_resumes_and_evaluates_it(compose_cfg, tmp_path, caplog):
+    """A last.pt copied without best.pt, whose recorded best BLEU no later validation beats: the run trains on
+    and evaluates last.pt (it used to fail at the end with 'checkpoint not found: best.pt')."""
+    first = tmp_path / "first"
+    train(compose_cfg([*TINY, f"train.max_steps={N}", "train.keep_best=0"]), first)
+    payload = torch.load(first / "checkpoints" / "last.pt", weights_only=True)
+    payload["progress"]["best_bleu"] = 100.0  # unbeatable: no validation after the resume writes a best.pt
+    (tmp_path / "copy").mkdir()
+    torch.save(payload, tmp_path / "copy" / "last.pt")
+    caplog.set_level("WARNING", logger="nmt")
+    results = train(compose_cfg([*TINY, f"train.max_steps={2 * N}", "train.keep_best=0",
+                                 f"train.resume={tmp_path / 'copy' / 'last.pt'}"]), tmp_path / "resumed")
+    assert results["final_checkpoint"] == "last.pt" and "best.pt is missing" in caplog.text
+    assert not (tmp_path / "resumed" / "checkpoints" / "best.pt").exists()
+    assert (tmp_path / "resumed" / "eval" / "test.hyp").is_file()
 
 
 def test_resume_keeps_the_checkpoints_architecture_whatever_the_command_line_says(compose_cfg, tmp_path, caplog):
@@ -216,10 +235,12 @@ def test_subword_models_left_in_the_run_folder_must_match_the_settings(compose_c
     again = prepare_tokenizers(tok_cfg, small_splits["train"], tmp_path / "spm")[0]
     assert again.model_proto == first.model_proto == model
 def test_sigint_finishes_the_step_saves_last_and_says_how_to_resume(repo_root, tmp_path):
-    run_dir = tmp_path / "run"
+    """The printed resume command works when pasted, also for a run folder whose path Hydra would split (an
+    ``=`` and a space); and a run folder that holds last.pt resumes without being told."""
+    run_dir = tmp_path / "run=1 x"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
     args = [sys.executable, "train.py", *TINY, "train.valid_every=3", "train.max_steps=100000",
-            f"hydra.run.dir={run_dir}"]
+            override("hydra.run.dir", run_dir)]
     proc = subprocess.Popen(args, cwd=repo_root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while not (run_dir / "metrics.jsonl").is_file() and time.monotonic() < deadline and proc.poll() is None:
@@ -236,14 +257,22 @@ def test_sigint_finishes_the_step_saves_last_and_says_how_to_resume(repo_root, t
     step = payload["progress"]["step"]
     assert step >= 3
     assert not (run_dir / "eval").exists(), "an interrupted run must not pretend to have evaluated"
-    # Resuming inside the same run directory continues from last.pt without being told.
-    resume = subprocess.run([sys.executable, "train.py", *TINY, f"train.max_steps={step + 2}",
-                             f"hydra.run.dir={run_dir}"], check=False, cwd=repo_root, env=env, capture_output=True,
+    # the printed command, pasted (a shorter budget: it stops 2 steps later and evaluates)
+    pasted = [word.replace("train.max_steps=100000", f"train.max_steps={step + 2}")
+              for word in shlex.split(command.strip())]
+    assert pasted[:2] == ["python", "train.py"]
+    resume = subprocess.run([sys.executable, *pasted[1:]], check=False, cwd=repo_root, env=env, capture_output=True,
                             timeout=300)
     assert resume.returncode == 0, resume.stderr.decode()[-3000:]
     assert f"resumed at step {step}" in resume.stdout.decode() + resume.stderr.decode()
     assert torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["progress"]["step"] == step + 2
     assert (run_dir / "eval" / "test.hyp").is_file()
+    # resuming inside the same run directory continues from last.pt without being told
+    again = subprocess.run([sys.executable, "train.py", *TINY, f"train.max_steps={step + 3}",
+                            override("hydra.run.dir", run_dir)], check=False, cwd=repo_root, env=env,
+                           capture_output=True, timeout=300)
+    assert again.returncode == 0, again.stderr.decode()[-3000:]
+    assert torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["progress"]["step"] == step + 3
 
 
 def test_checkpoint_with_pickled_object_is_refused(tmp_path):
