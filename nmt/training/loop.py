@@ -9,9 +9,11 @@ and rank 0 alone validates, writes checkpoints and logs, then shares the validat
 from __future__ import annotations
 
 import logging
+import math
 import shlex
 import signal
 import time
+from collections import deque
 from pathlib import Path
 
 from nmt.data.corpus import Parallel
@@ -28,6 +30,8 @@ from nmt.training.step import train_step
 from nmt.training.validation import patience_spent, validate
 
 log = logging.getLogger(__name__)
+
+DIVERGENCE_WINDOW = 20  # updates whose mean training loss decides a divergence that stays finite
 
 
 def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid: Parallel, toks, run_dir, device,
@@ -73,6 +77,9 @@ class _Run:
         self.meter = Meter(self.t, progress, enabled=dist.is_main)
         self.updates = UpdateBatches(self.t.batch_tokens, self.t.get("accum_steps") or 1, dist)
         self.elapsed = progress.train_seconds  # the longest of the ranks' clocks at the last agreement
+        self.recent = deque(maxlen=DIVERGENCE_WINDOW)  # (summed loss, target tokens) of this rank's last updates
+        self.window_loss = 0.0  # their loss per token, the highest over the ranks at the last agreement
+        self.uniform = math.log(len(toks[1]))  # nats per token of a uniform guess over the target vocabulary
         self.parameters = list(model.parameters())
         model.train()
 
@@ -91,14 +98,32 @@ class _Run:
         return stop
 
     def agree(self, flag) -> str | None:
-        """The signal any rank received (None if none); ``self.elapsed`` becomes the longest elapsed time."""
+        """The signal any rank received (None if none); ``self.elapsed`` becomes the longest elapsed time and
+        ``self.window_loss`` the highest recent training loss of the ranks."""
         elapsed = time.monotonic() - self.start
+        loss = sum(l for l, _ in self.recent) / max(1, sum(n for _, n in self.recent))
         if not self.dist.active:
-            self.elapsed = elapsed
+            self.elapsed, self.window_loss = elapsed, loss
             return flag["signal"]
-        number, self.elapsed = self.dist.maximum([signal.Signals[flag["signal"]].value if flag["signal"] else 0,
-                                                  elapsed])
+        number, self.elapsed, self.window_loss = self.dist.maximum(
+            [signal.Signals[flag["signal"]].value if flag["signal"] else 0, elapsed, loss])
         return signal.Signals(int(number)).name if number else None
+
+    def check_divergence(self) -> None:
+        """Stop a run whose training loss has run away while staying finite: over the last updates it averaged
+        more than twice the loss of a uniform guess (every rank decides on the same, shared figure).
+
+        Raises:
+            FloatingPointError: naming the step, the loss, the bound and ``train.lr``.
+        """
+        if len(self.recent) == DIVERGENCE_WINDOW and self.window_loss > 2 * self.uniform:
+            self.meter.bar.close()
+            raise FloatingPointError(
+                f"step {self.progress.step}: training diverged: the training loss averaged {self.window_loss:.4g} "
+                f"nats per target token over the last {DIVERGENCE_WINDOW} updates, more than twice that of a "
+                f"uniform guess (ln {len(self.toks[1])} = {self.uniform:.2f}). Train again, or resume from an "
+                f"earlier checkpoint, with a lower train.lr (it is {self.t.lr:g}; the rate at this step was "
+                f"{self.optimizer.param_groups[0]['lr']:g})")
 
     def update(self, batches) -> None:
         """One update from this rank's batches; counts it in the progress, the average and the meter."""
@@ -112,6 +137,7 @@ class _Run:
             self.meter.bar.close()  # on a terminal, the error line would land on the progress bar's
             raise FloatingPointError(f"step {progress.step + 1}: {err}") from None
         progress.step += 1
+        self.recent.append((loss, sum(b.num_tgt_tokens for b in batches)))
         if self.ema is not None:
             self.ema.update()
         progress.batch_in_epoch += self.updates.group
@@ -126,6 +152,7 @@ class _Run:
             self.update(batches)
             if received := self.agree(flag):
                 return None, received
+            self.check_divergence()
             if stop := self.check(stop_reason(self.t, progress, self.elapsed)):
                 return stop, None
         self.updates.log_left_out(progress.epoch)

@@ -10,6 +10,7 @@ import torch
 from omegaconf import OmegaConf
 
 from nmt.training.checks import check_numbers
+from nmt.training.loop import DIVERGENCE_WINDOW
 from nmt.training.run import train
 from nmt.training.schedule import BudgetDecay, check_schedule, make_optimizer
 from tests.training.test_resume import TINY
@@ -182,3 +183,15 @@ def test_a_diverging_run_stops_at_the_first_non_finite_gradient(compose_cfg, tmp
     step = int(re.match(r"step (\d+)", str(caught.value)).group(1))
     assert step < 60
     assert max(json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()) == step - 1
+
+
+def test_a_run_whose_loss_runs_away_but_stays_finite_is_stopped(compose_cfg, tmp_path):
+    """train.lr=10: the loss climbs to hundreds of nats per token (a uniform guess costs ln V, about 6 here) while
+    every gradient stays finite; the run used to train, save and evaluate as if nothing happened."""
+    with pytest.raises(FloatingPointError, match=r"step (\d+): training diverged: the training loss averaged .* "
+                                                 r"more than twice that of a uniform guess \(ln \d+ = .* lower "
+                                                 r"train\.lr \(it is 10;") as caught:
+        train(compose_cfg([*TINY, "train.max_steps=100", "train.valid_every=50", "train.lr=10"]), tmp_path / "run")
+    step = int(re.match(r"step (\d+)", str(caught.value)).group(1))
+    assert DIVERGENCE_WINDOW <= step < 100
+    assert not (tmp_path / "run" / "eval").exists()
