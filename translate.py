@@ -94,7 +94,7 @@ def run(cfg: DictConfig) -> None:
         # the hypotheses are in the training convention (data.normalize): score them against references in it
         # too, as the final evaluation of training does
         target = Normalizer.from_config(model_cfg.data.get("normalize"), model_cfg.data.tgt_lang)
-        scores = score([t.text for t in results], target.lines(references))
+        scores = score([t.text for t in results], target.lines(references), model_cfg.data.tgt_lang)
         scores.update(**settings, checkpoint=str(path))
         if target.active:
             scores["references_normalized"] = dict(model_cfg.data.normalize)

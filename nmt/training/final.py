@@ -39,7 +39,7 @@ def final_checkpoint(cfg, valid: Parallel, run_dir: Path, device, best_bleu: flo
     averaged = run_dir / "checkpoints" / "averaged.pt"
     average_checkpoints(paths, averaged)
     model, _, src_tok, tgt_tok, _ = checkpoint.load(averaged, device)
-    bleu = greedy_bleu(model, src_tok, tgt_tok, valid.src, valid.tgt, cfg.decode, device)
+    bleu = greedy_bleu(model, src_tok, tgt_tok, valid.src, valid.tgt, cfg.decode, device, cfg.data.tgt_lang)
     use = bleu >= best_bleu
     log.info("average of %d checkpoints (%s): valid BLEU %.2f vs best.pt %.2f: evaluating %s", len(paths),
              ", ".join(p.stem for p in paths), bleu, best_bleu, averaged.name if use else best.name)
@@ -52,13 +52,17 @@ def final_evaluation(cfg, splits: dict[str, Parallel], run_dir: Path, device, be
     path, results = final_checkpoint(cfg, splits["valid"], run_dir, device, best_bleu)
     results["final_checkpoint"] = path.name
     model, _, src_tok, tgt_tok, _ = checkpoint.load(path, device)
+    normalize = cfg.data.get("normalize")
+    normalized = {k: v for k, v in dict(normalize).items() if v} if normalize else {}
     decoders = {"greedy": 1} if cfg.decode.beam_size == 1 else {"greedy": 1, f"beam{cfg.decode.beam_size}": None}
     for split in ("valid", "test"):
         if split not in splits:
             continue
         for name, beam_size in decoders.items():
             hyps = translate(model, src_tok, tgt_tok, splits[split].src, cfg.decode, device, beam_size=beam_size)
-            scores = score([h.text for h in hyps], splits[split].tgt)
+            scores = score([h.text for h in hyps], splits[split].tgt, cfg.data.tgt_lang)
+            if normalized:  # hypotheses and references are both in the training convention (data.normalize)
+                scores["references_normalized"] = normalized
             scores.update(**decoding_settings(cfg.decode, beam_size or cfg.decode.beam_size),
                           attention=cfg.attention._target_.rsplit(".", 1)[-1], decoder_style=cfg.decoder.style,
                           input_feeding=model.decoder.input_feeding, checkpoint=str(path), split=split, decoder=name)

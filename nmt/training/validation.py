@@ -53,7 +53,7 @@ def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, tok
     began = time.monotonic()
     with ema.applied() if ema is not None else nullcontext():
         valid_loss = validation_loss(model, valid_pairs, cfg.train.batch_tokens, device)
-        bleu = greedy_bleu(model, *toks, valid.src, valid.tgt, cfg.decode, device)
+        bleu = greedy_bleu(model, *toks, valid.src, valid.tgt, cfg.decode, device, cfg.data.tgt_lang)
     model.train()
     record = {"step": progress.step, "epoch": progress.epoch, **record, "valid_loss": valid_loss,
               "valid_ppl": math.exp(min(valid_loss, 50)), "valid_bleu": bleu, "lr": optimizer.param_groups[0]["lr"],

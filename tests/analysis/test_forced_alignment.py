@@ -333,6 +333,9 @@ def test_lowercase_auto_follows_the_checkpoint(trained, sources, references, tmp
 
 def test_lowercase_auto_for_a_model_trained_on_lowercased_text(compose_cfg, tmp_path_factory, sources, tmp_path):
     path = _trained(compose_cfg, tmp_path_factory, ["data.normalize.lowercase=true", "train.max_steps=5"])[0]
+    # the run's scores say they compare lowercased text (a case:mixed signature alone would not)
+    scores = json.loads((path.parent.parent / "eval" / "test.scores.json").read_text(encoding="utf-8"))
+    assert scores["references_normalized"] == {"lowercase": True}
     (tmp_path / "src.txt").write_text("".join(s.upper() + "\n" for s in sources[:6]), encoding="utf-8")
     matrices = {}
     for lowercase in ("auto", "true", "false"):
