@@ -28,10 +28,22 @@ def nbest_lines(nbest: list[list[Translation]]) -> str:
     ``i ||| hypothesis ||| log_prob= L length= N ||| score``, with L the log-probability in nats, N the
     hypothesis length in target subwords (``</s>`` included) and score = L / length penalty + coverage penalty
     (what the beam ranks by). With MBR decoding a feature ``mbr= U`` (the expected utility that ranked the block)
-    follows the length. An empty input line has one line with an empty hypothesis."""
-    return "".join(f"{i} ||| {t.text} ||| log_prob= {t.log_prob:.4f} length= {len(t.hyp_pieces)}"
+    follows the length. An empty input line has one line with an empty hypothesis. In the hypothesis ``&`` and
+    ``|`` are written ``&amp;`` and ``&#124;`` (Moses' escapes), so a translation holding ``|||`` cannot add a
+    field; :func:`unescape_nbest` reads them back."""
+    return "".join(f"{i} ||| {escape_nbest(t.text)} ||| log_prob= {t.log_prob:.4f} length= {len(t.hyp_pieces)}"
                    + ("" if t.expected_utility is None else f" mbr= {t.expected_utility:.4f}")
                    + f" ||| {t.score:.4f}\n" for i, block in enumerate(nbest) for t in block)
+
+
+def escape_nbest(text: str) -> str:
+    """``text`` with ``&`` -> ``&amp;`` and ``|`` -> ``&#124;`` (the n-best field separator is ``|||``)."""
+    return text.replace("&", "&amp;").replace("|", "&#124;")
+
+
+def unescape_nbest(text: str) -> str:
+    """The inverse of :func:`escape_nbest`: a hypothesis field of an n-best line as the translation's text."""
+    return text.replace("&#124;", "|").replace("&amp;", "&")
 
 
 def save_results(prefix: str | Path, translations: list[Translation], scores: dict | None = None) -> None:
