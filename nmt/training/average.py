@@ -73,6 +73,27 @@ def _same(a, b) -> bool:
     return a == b
 
 
+RUN_KEYS = ("seed", "data")  # settings that make two trainings of one model different runs
+
+
+def check_same_run(payloads: list[dict], names: list[str]) -> None:
+    """Check that checkpoints come from one training run (the same ``seed`` and ``data`` settings): the weights of
+    independently trained models sit in different places of weight space, and their mean is a worse model than
+    either (the hidden units of two RNNs need not correspond).
+
+    Raises:
+        CheckpointError: naming the checkpoint and the setting that differs, and the flag that allows it.
+    """
+    first = payloads[0].get("config") or {}
+    for payload, name in zip(payloads[1:], names[1:]):
+        config = payload.get("config") or {}
+        if differ := [key for key in RUN_KEYS if not _same(first.get(key), config.get(key))]:
+            raise CheckpointError(f"{name}: comes from another training run than {names[0]} ({', '.join(differ)} "
+                                  f"differ{'s' if len(differ) == 1 else ''}; seed {config.get('seed')} vs "
+                                  f"{first.get('seed')}): the average of independently trained models is worse than "
+                                  "either; pass --other-runs to average them anyway")
+
+
 def check_same_model(payloads: list[dict], names: list[str]) -> None:
     """Check that checkpoints can be averaged: every payload must have the first one's architecture and subword
     settings (config sections ``SAME_MODEL``) and the same SentencePiece models and vocabularies, since weights
@@ -96,18 +117,22 @@ def check_same_model(payloads: list[dict], names: list[str]) -> None:
                                   "checkpoints of one model can be averaged")
 
 
-def average_checkpoints(paths: list[str | Path], out: str | Path) -> dict:
+def average_checkpoints(paths: list[str | Path], out: str | Path, other_runs: bool = False) -> dict:
     """Average the weights of ``paths`` into ``out`` (written atomically; weights, config and SentencePiece
-    models only, no optimizer state). Returns the written payload.
+    models only, no optimizer state; ``averaged`` records the checkpoints and their steps). Returns the written
+    payload.
 
     Raises:
         CheckpointError / FileNotFoundError: for unreadable, foreign or mismatched checkpoints (named), also for
-            checkpoints of another configuration or other subwords (:func:`check_same_model`).
+            checkpoints of another configuration or other subwords (:func:`check_same_model`), or of another
+            training run unless ``other_runs`` (:func:`check_same_run`).
     """
     payloads = [load_payload(p) for p in paths]
     names = [str(p) for p in paths]
     state = average_state_dicts([p["model"] for p in payloads], names)
     check_same_model(payloads, names)
+    if not other_runs:
+        check_same_run(payloads, names)
     first = payloads[0]
     payload = {"model": state, "config": first["config"], "spm": first["spm"],
                "averaged": {"checkpoints": names, "steps": [p.get("progress", {}).get("step") for p in payloads]}}
@@ -148,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--best", type=int, help="average the K best step checkpoints of a run (validation BLEU)")
     group.add_argument("--last", type=int, help="average the K most recent step checkpoints of a run")
+    parser.add_argument("--other-runs", action="store_true",
+                        help="allow checkpoints of different training runs (another seed or corpus): refused by "
+                             "default, since their average is usually worse than either")
     args = parser.parse_args(argv)
     for name in ("best", "last"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
@@ -172,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         if Path(args.out).resolve() in {Path(p).resolve() for p in paths}:
             raise ValueError(f"--out {args.out} is one of the checkpoints being averaged: write the average to a "
                              "new file (averaging would replace that checkpoint)")
-        average_checkpoints(paths, args.out)
+        average_checkpoints(paths, args.out, other_runs=args.other_runs)
     except (CheckpointError, OSError, ValueError) as error:  # OSError: not found, no permission
         print(f"python -m nmt.average: error: {error}", file=sys.stderr)
         return 1

@@ -221,3 +221,21 @@ def test_training_keeps_the_k_best_and_evaluates_the_average_when_it_is_no_worse
     assert results["final_checkpoint"] == expected
     scores = json.loads((tmp_path / "eval" / "test.scores.json").read_text())
     assert scores["checkpoint"].endswith(expected)
+
+
+def test_checkpoints_of_another_run_are_refused_unless_asked(three_checkpoints, compose_cfg, tokenizer, tmp_path):
+    """Two runs that differ only in the seed used to be averaged silently (the mean was worse than either)."""
+    _, paths, _ = three_checkpoints
+    cfg = compose_cfg([*SMALL, "seed=7"])
+    torch.manual_seed(7)
+    other = tmp_path / "seed7.pt"
+    checkpoint.save(other, build_model(cfg.model, cfg.decoder, cfg.attention, len(tokenizer), len(tokenizer)), cfg,
+                    tokenizer, tokenizer, progress={"step": 10})
+    with pytest.raises(CheckpointError, match=r"seed7\.pt: comes from another training run .*seed differs; seed 7 "
+                                              r"vs 1234.*--other-runs"):
+        average_checkpoints([paths[0], other], tmp_path / "out.pt")
+    assert not (tmp_path / "out.pt").exists()
+    payload = average_checkpoints([paths[0], other], tmp_path / "out.pt", other_runs=True)
+    assert payload["averaged"] == {"checkpoints": [str(paths[0]), str(other)], "steps": [10, 10]}
+    assert main([str(paths[0]), str(other), "--out", str(tmp_path / "cli.pt")]) == 1
+    assert main([str(paths[0]), str(other), "--out", str(tmp_path / "cli.pt"), "--other-runs"]) == 0
