@@ -15,7 +15,7 @@ from nmt.data.corpus import DataError
 from nmt.data.textio import TextFileError
 from nmt.models.checkpoint import CheckpointError
 from nmt.settings import TRAIN_PATHS, absolute_paths
-from nmt.training.distributed import Distributed, DistributedError, init_distributed
+from nmt.training.distributed import Distributed, DistributedError, init_distributed, reports_shared_errors
 from nmt.training.run import train
 
 EXIT_STATUS = {"SIGINT": 130, "SIGTERM": 143}  # 128 + signal number, as a shell reports a job stopped by it
@@ -70,7 +70,7 @@ def main(cfg: DictConfig) -> float:
     130/143, so a script or scheduler can tell it from a finished one. ``HYDRA_FULL_ERROR=1`` shows the traceback
     instead."""
     absolute_paths(cfg, TRAIN_PATHS)
-    dist = Distributed()
+    dist = Distributed(int(os.environ.get("RANK") or 0), int(os.environ.get("WORLD_SIZE") or 1))  # until joined
     try:
         dist, device = init_distributed(cfg.device, cfg.train.get("dist_timeout") or 1800)
         run_dir = shared_run_dir(dist, Path(HydraConfig.get().runtime.output_dir))
@@ -80,11 +80,14 @@ def main(cfg: DictConfig) -> float:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":  # the traceback, for debugging
             raise
         hydra_cfg = HydraConfig.get()
-        named = any(o.startswith(("hydra.run.dir=", "hydra.sweep.")) for o in hydra_cfg.overrides.hydra)
-        remove_unused_run_dir(Path(hydra_cfg.runtime.output_dir), named)
+        sweep = hydra_cfg.mode == RunMode.MULTIRUN  # a job's folder is Hydra's own subfolder of the sweep's
+        named = not sweep and any(o.startswith("hydra.run.dir=") for o in hydra_cfg.overrides.hydra)
+        remove_unused_run_dir(Path(hydra_cfg.runtime.output_dir), named)  # every rank: its Hydra files may come last
         rank = f" (rank {dist.rank} of {dist.world_size})" if dist.active else ""
-        if hydra_cfg.mode == RunMode.MULTIRUN:  # one failed job of a sweep: Hydra records it, the others go on
+        if sweep:  # one failed job of a sweep: Hydra records it, the others go on
             raise RuntimeError(f"train.py: error{rank}: {err}") from None
+        if not isinstance(err, DistributedError) and not reports_shared_errors(dist.rank):
+            sys.exit(1)  # the same setting or file error as another rank's, which says it
         sys.exit(f"train.py: error{rank}: {err}")
     finally:
         dist.close()

@@ -76,9 +76,9 @@ def run(cfg: DictConfig) -> None:
     if cfg.nbest:
         atomic_write(cfg.nbest, nbest_lines(nbest))
     settings = decoding_settings(cfg.decode, beam_size)  # for the success line and the reference's scores
-    log.info("translated %d lines (%d empty) in %.1f s (%.1f sentences/s; %s loaded in %.1f s), beam size %d%s: %s",
-             len(results), sum(not t.src_pieces for t in results), seconds, len(results) / max(seconds, 1e-9),
-             path, loading, beam_size,
+    log.info("translated %d lines (%d empty) in %.1f s (%.1f sentences/s; %s loaded in %.1f s), beam size %d, %s%s: "
+             "%s", len(results), sum(not t.src_pieces for t in results), seconds, len(results) / max(seconds, 1e-9),
+             path, loading, beam_size, cfg.precision,
              f" with MBR ({settings['mbr']}, temperature {settings['mbr_temperature']})" if settings["mbr"] else "",
              "stdout" if cfg.output == "-" else cfg.output)
     if cut := [i + 1 for i, t in enumerate(results) if at_length_limit(t, cfg.decode)]:
@@ -95,7 +95,7 @@ def run(cfg: DictConfig) -> None:
         # too, as the final evaluation of training does
         target = Normalizer.from_config(model_cfg.data.get("normalize"), model_cfg.data.tgt_lang)
         scores = score([t.text for t in results], target.lines(references), model_cfg.data.tgt_lang)
-        scores.update(**settings, checkpoint=str(path))
+        scores.update(**settings, precision=cfg.precision, checkpoint=str(path))
         if target.active:
             scores["references_normalized"] = dict(model_cfg.data.normalize)
         print(json.dumps(scores, indent=2), file=sys.stderr)

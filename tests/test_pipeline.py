@@ -243,7 +243,7 @@ def test_translate_file(run_dir, references, repo_root, final_checkpoint, tmp_pa
     # success is reported on stderr: line counts, speed, beam size and where the translations went
     assert re.search(rf"translated {len(lines)} lines \({len(blank)} empty\) in [\d.]+ s \([\d.]+ sentences/s; "
                      rf"{re.escape(final_checkpoint)} loaded in [\d.]+ s\)", proc.stderr.decode())
-    assert f"beam size {BEAM}: {out}" in proc.stderr.decode()
+    assert f"beam size {BEAM}, fp32: {out}" in proc.stderr.decode()
     assert [outputs[i] for i in blank] == [""] * len(blank)
     assert [outputs[i] for i in where] == read_text_lines(run_dir / "eval" / "test.hyp")
     assert all(outputs[i] for i in where) and not any("\r" in o for o in outputs)
@@ -280,7 +280,8 @@ def test_translate_stdin_stdout(run_dir, references, repo_root, final_checkpoint
     greedy_scores = json.loads((run_dir / "eval" / "greedy" / "test.scores.json").read_text(encoding="utf-8"))
     assert report["bleu"] == greedy_scores["bleu"] and report["bleu_signature"] == greedy_scores["bleu_signature"]
     # the report says how it was decoded, with the same keys and values as the final evaluation's greedy file
-    settings = ("beam_size", "length_penalty", "coverage_penalty", "mbr", "mbr_temperature", "checkpoint")
+    settings = ("beam_size", "length_penalty", "coverage_penalty", "mbr", "mbr_temperature", "precision",
+                "checkpoint")
     assert {k: report[k] for k in settings} == {k: greedy_scores[k] for k in settings}
     assert report["beam_size"] == 1 and report["checkpoint"] == str(final_checkpoint)
     arrays, _ = load_alignments(tmp_path / "stdin.alignments.npz")

@@ -153,5 +153,13 @@ def init_distributed(device: str, timeout_s: float = 1800.0) -> tuple[Distribute
     dist.init_process_group(backend, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=float(timeout_s)),
                             **({"device_id": chosen} if use_cuda else {}))
-    log.info("rank %d of %d (local rank %d): %s on %s", rank, world, local, backend, chosen)
     return Distributed(rank, world, local), chosen
+
+
+def reports_shared_errors(rank: int) -> bool:
+    """Whether this process prints an error that every rank meets alike (a setting, a file), so that it is said
+    once: rank 0 once the process group is joined; before that, the first process of each torchrun machine
+    (local rank 0), and any process started without torchrun."""
+    if dist.is_initialized():
+        return rank == 0
+    return os.environ.get("LOCAL_RANK", "0") == "0" or "TORCHELASTIC_RUN_ID" not in os.environ

@@ -65,7 +65,8 @@ def final_evaluation(cfg, splits: dict[str, Parallel], run_dir: Path, device, be
                 scores["references_normalized"] = normalized
             scores.update(**decoding_settings(cfg.decode, beam_size or cfg.decode.beam_size),
                           attention=cfg.attention._target_.rsplit(".", 1)[-1], decoder_style=cfg.decoder.style,
-                          input_feeding=model.decoder.input_feeding, checkpoint=str(path), split=split, decoder=name)
+                          input_feeding=model.decoder.input_feeding, precision="fp32", checkpoint=str(path), split=split,
+                          decoder=name)
             main = name != "greedy" or len(decoders) == 1
             out = run_dir / "eval" / ("" if main else "greedy") / split
             save_results(out, hyps, scores)

@@ -185,14 +185,17 @@ def interrupted(cfg, model, optimizer, scheduler, toks, run_dir: Path, progress:
     dist = dist or Distributed()
     progress.train_seconds = elapsed
     rngs = rng_states(dist)
-    if not dist.is_main:
+    if not dist.is_main:  # stay until last.pt is written: a launcher ends every rank once one has exited
+        dist.barrier("waiting for rank 0 to save last.pt")
         return f"interrupted by {name}"
     save_state(run_dir / "checkpoints" / "last.pt", cfg, model, optimizer, scheduler, toks, progress, ema, rngs)
+    dist.barrier("waiting for the other ranks after saving last.pt")
     last = (run_dir / "checkpoints" / "last.pt").resolve()
     keep = [o for o in overrides if not o.startswith(("hydra.run.dir=", "train.resume="))]
     launcher = f"torchrun --nproc_per_node {dist.world_size}" if dist.active else "python"
-    log.warning("%s: stopped at step %d and saved %s. Resume with:\n  %s train.py %s", name, progress.step,
-                last, launcher, shlex.join([*keep, override("train.resume", last), override("hydra.run.dir", run_dir.resolve())]))
+    command = shlex.join([*keep, override("train.resume", last), override("hydra.run.dir", run_dir.resolve())])
+    log.warning("%s: stopped at step %d and saved %s. Resume with:\n  %s train.py %s", name, progress.step, last,
+                launcher, command)
     return f"interrupted by {name}"
 
 

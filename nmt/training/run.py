@@ -80,7 +80,7 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = (), dist: Dis
     valid_pairs = encode_pairs(splits["valid"], *toks)
     optimizer, scheduler = make_optimizer(model, cfg)
     ema = moving_average(cfg.train, model, payload)
-    log_start(cfg, model, device, len(train_pairs), run_dir, ema is not None)
+    log_start(cfg, model, device, len(train_pairs), run_dir, ema is not None, dist)
     progress = Progress(world_size=dist.world_size) if payload is None else \
         restore(payload, optimizer, scheduler, cfg.train, dist)
     forward = data_parallel(model, dist, device)
@@ -94,14 +94,18 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = (), dist: Dis
         return {**results, "rank": dist.rank}
     results.update(final_evaluation(cfg, splits, run_dir, device, progress.best_bleu))
     log.info("final: %s", json.dumps(results))
-    log.info("done: test BLEU %s in %s (checkpoints/, eval/, plots/)",
-             " / ".join(f"{results[k]:.2f} {k.split('_')[1]}" for k in results
-                        if k.startswith("test_") and k.endswith("_bleu")) or "-", run_dir.resolve())
+    bleu = [f"{results[k]:.2f} {k.split('_')[1]}" for k in results if k.startswith("test_") and k.endswith("_bleu")]
+    log.info("done: test BLEU %s in %s (checkpoints/, eval/%s)", " / ".join(bleu) or "-", run_dir.resolve(),
+             ", plots/" if cfg.eval.plots else "")
     return results
 
 
-def log_start(cfg, model, device, pairs: int, run_dir: Path, averaging: bool) -> None:
-    """Log the model, the device, the corpus size and the run folder (and the moving average when on)."""
+def log_start(cfg, model, device, pairs: int, run_dir: Path, averaging: bool, dist: Distributed) -> None:
+    """Log the ranks (after the settings checks, so that a refused run leaves an empty log, whose folder train.py
+    removes), the model, the device, the corpus size and the run folder (and the moving average when on)."""
+    if dist.active:
+        log.info("rank %d of %d: %s on %s", dist.rank, dist.world_size, "nccl" if device.type == "cuda" else "gloo",
+                 device)
     log.info("model: %.2fM parameters, attention=%s, decoder=%s, device=%s; %d training pairs; run folder %s",
              sum(p.numel() for p in model.parameters()) / 1e6, type(model.decoder.attention).__name__,
              cfg.decoder.style + ("" if model.decoder.input_feeding else " without input feeding"), device,

@@ -123,6 +123,8 @@ def test_two_machines_share_one_run_folder(tmp_path):
     assert len(folders) == 1, folders
     assert (folders[0] / "eval" / "test.scores.json").is_file()
     assert last(folders[0])["progress"]["world_size"] == 2
+    log = (folders[0] / "train.log").read_text(encoding="utf-8")
+    assert "rank 0 of 2: gloo on cpu" in log and "rank 1 of 2" not in log  # rank 0 alone writes the run folder
 
 
 def test_a_killed_rank_ends_its_peer_with_an_error_naming_the_rank(tmp_path):
@@ -157,13 +159,16 @@ def test_a_killed_rank_ends_its_peer_with_an_error_naming_the_rank(tmp_path):
 @pytest.mark.parametrize("settings, message", [
     (["device=cuda"], "no usable CUDA GPU"),
     (["train.precision=fp16"], "train.precision=fp16 needs a CUDA device"),
+    (["train.batch_tokens=0"], "train.batch_tokens=0"),
 ])
 def test_bad_launch_settings_are_refused_before_any_work(tmp_path, settings, message):
     run_dir = tmp_path / "run"
     proc = subprocess.run(torchrun("train.py", *TINY, *settings, f"hydra.run.dir={run_dir}"), cwd=REPO, env=ENV,
                           capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode != 0 and message in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
-    assert not (run_dir / "checkpoints").exists()
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and message in output, output[-3000:]
+    assert output.count("train.py: error") == 1, output[-3000:]  # rank 0 says it; the other rank only exits
+    assert not run_dir.exists() or not any(run_dir.iterdir())  # what Hydra made for the command is removed
 
 
 def test_world_size_without_a_rendezvous_is_refused(tmp_path):
