@@ -106,7 +106,7 @@ def train_stream(data_cfg) -> TrainStream:
     limit = data_cfg.get("train_limit")
     if files is None:
         memory = load_splits(data_cfg)["train"]  # the hub or a bitext: small, and in memory anyway
-        return TrainStream("train", [], _settings(data_cfg), lambda side: iter(getattr(memory, side)))
+        return TrainStream("train", [], corpus_settings(data_cfg), lambda side: iter(getattr(memory, side)))
     for path in files:
         if not path.is_file():
             raise FileNotFoundError(f"training file not found: {path}")
@@ -120,10 +120,10 @@ def train_stream(data_cfg) -> TrainStream:
         more = read_extra(entry, data_cfg.src_lang, data_cfg.tgt_lang)
         keep = bool(entry.get("pretokenized"))
         extra.append(Parallel(more.name, norms["src"].lines(more.src, keep), norms["tgt"].lines(more.tgt, keep)))
-    return TrainStream("train", files, _settings(data_cfg), read, extra)
+    return TrainStream("train", files, corpus_settings(data_cfg), read, extra)
 
 
-def _settings(data_cfg) -> dict:
+def corpus_settings(data_cfg) -> dict:
     """What besides the files shapes the training lines (part of the token store's key)."""
     keys = ("kind", "src_lang", "tgt_lang", "train_limit", "normalize", "extra_train", "hub_id", "file", "columns")
     return {key: _plain(data_cfg.get(key)) for key in keys}

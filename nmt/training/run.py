@@ -18,7 +18,7 @@ import torch
 from nmt.data.batches import encode_pairs
 from nmt.data.corpus import Parallel, load_splits
 from nmt.data.store import cached_store
-from nmt.data.stream import TrainStream, train_stream
+from nmt.data.stream import TrainStream, corpus_settings, train_stream
 from nmt.decoding.options import check_decoding
 from nmt.models.build import build_model
 from nmt.models.device import pick_device, set_threads
@@ -151,7 +151,7 @@ def start_or_resume(cfg, run_dir: Path, device, overrides=(), write: bool = True
     with torch.random.fork_rng(devices=[]):  # a bad architecture setting (decoder.style=...) fails before any work;
         build_model(cfg.model, cfg.decoder, cfg.attention, 8, 8)  # the RNG is left as it was (same initialisation)
     splits = corpus_splits(cfg)
-    src_tok, tgt_tok = prepare_tokenizers(cfg.tokenizer, splits["train"], run_dir / "spm")
+    src_tok, tgt_tok = prepare_tokenizers(cfg.tokenizer, splits["train"], run_dir / "spm", corpus_settings(cfg.data))
     model = build_model(cfg.model, cfg.decoder, cfg.attention, len(src_tok), len(tgt_tok)).to(device)
     return cfg, splits, model, (src_tok, tgt_tok), None
 

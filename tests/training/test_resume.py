@@ -234,6 +234,25 @@ def test_subword_models_left_in_the_run_folder_must_match_the_settings(compose_c
     tok_cfg.vocab_size, tok_cfg.model_type = 500, "bpe"
     again = prepare_tokenizers(tok_cfg, small_splits["train"], tmp_path / "spm")[0]
     assert again.model_proto == first.model_proto == model
+def test_subword_models_of_another_corpus_are_refused(compose_cfg, small_splits, tmp_path, caplog):
+    """A retry in the same run folder with other languages used to reuse the earlier attempt's SentencePiece
+    model silently; and a vocabulary larger than the text allows is said, with the size trained."""
+    from nmt.data.corpus import Parallel
+    from nmt.data.stream import corpus_settings
+    from nmt.training.subwords import prepare_tokenizers
+
+    caplog.set_level("WARNING", logger="nmt")
+    tok_cfg = compose_cfg(["tokenizer.vocab_size=20000"]).tokenizer
+    de_en, en_fr = (corpus_settings(compose_cfg(o).data) for o in ([], ["data.src_lang=en", "data.tgt_lang=fr"]))
+    train = Parallel("train", small_splits["train"].src[:200], small_splits["train"].tgt[:200])
+    first = prepare_tokenizers(tok_cfg, train, tmp_path / "spm", de_en)[0]
+    assert "fewer than tokenizer.vocab_size=20000" in caplog.text
+    assert prepare_tokenizers(tok_cfg, train, tmp_path / "spm", de_en)[0].model_proto == first.model_proto  # reused
+    with pytest.raises(ValueError, match=r"trained with data\.src_lang=de \(this run: en\), data\.tgt_lang=en "
+                                         r"\(this run: fr\): delete that spm/ folder"):
+        prepare_tokenizers(tok_cfg, train, tmp_path / "spm", en_fr)
+
+
 def test_sigint_finishes_the_step_saves_last_and_says_how_to_resume(repo_root, tmp_path):
     """The printed resume command works when pasted, also for a run folder whose path Hydra would split (an
     ``=`` and a space); and a run folder that holds last.pt resumes without being told."""
