@@ -40,6 +40,10 @@ class Parallel:
     def __len__(self) -> int:
         return len(self.src)
 
+    def lines(self, side: str) -> list[str]:
+        """The ``src`` or ``tgt`` sentences (as :meth:`nmt.data.stream.TrainStream.lines` gives them)."""
+        return self.src if side == "src" else self.tgt
+
 
 def read_parallel(name: str, src_path: str | Path, tgt_path: str | Path) -> Parallel:
     """Read two line-aligned files (UTF-8, plain or ``.gz``) into a :class:`Parallel` called ``name``.

@@ -137,11 +137,12 @@ class _Run:
             self.meter.bar.close()  # on a terminal, the error line would land on the progress bar's
             raise FloatingPointError(f"step {progress.step + 1}: {err}") from None
         progress.step += 1
-        self.recent.append((loss, sum(b.num_tgt_tokens for b in batches)))
+        local = sum(b.num_tgt_tokens for b in batches)
+        self.recent.append((loss, local))
         if self.ema is not None:
             self.ema.update()
         progress.batch_in_epoch += self.updates.group
-        self.meter.update(loss, sum(b.num_tgt_tokens for b in batches), progress,
+        self.meter.update(loss, local, progress,
                           (time.monotonic() - self.start) / 60, self.optimizer.param_groups[0]["lr"], tokens=ntok)
 
     def epoch(self, pairs, flag) -> tuple[str | None, str | None]:

@@ -36,9 +36,8 @@ def prepare_tokenizers(tok_cfg, train: Parallel | TrainStream, spm_dir: Path,
             with other settings or on another corpus (``settings.json``) than this run's.
     """
     names = ["joint", "joint"] if tok_cfg.joint else ["src", "tgt"]
-    sides = {"src": train.src, "tgt": train.tgt} if isinstance(train, Parallel) else None
     if not all((spm_dir / f"{name}.model").is_file() for name in names):
-        sample = train if sides is not None else train.sample(tok_cfg.get("train_pairs"), seed=0)
+        sample = train if isinstance(train, Parallel) else train.sample(tok_cfg.get("train_pairs"), seed=0)
         texts = {"joint": sample.src + sample.tgt, "src": sample.src, "tgt": sample.tgt}
     wanted = {**{key: tok_cfg.get(key) for key in SPM_SETTINGS}, "corpus": corpus}
     record = spm_dir / "settings.json"
@@ -66,8 +65,7 @@ def prepare_tokenizers(tok_cfg, train: Parallel | TrainStream, spm_dir: Path,
             atomic_write(record, json.dumps(wanted) + "\n")
     src_tok, tgt_tok = Tokenizer.load(spm_dir / f"{names[0]}.model"), Tokenizer.load(spm_dir / f"{names[1]}.model")
     if tok_cfg.get("restrict_vocab"):
-        src_tok = src_tok.restricted(sides["src"] if sides else train.lines("src"))
-        tgt_tok = tgt_tok.restricted(sides["tgt"] if sides else train.lines("tgt"))
+        src_tok, tgt_tok = src_tok.restricted(train.lines("src")), tgt_tok.restricted(train.lines("tgt"))
         log.info("vocabularies restricted to the pieces each side uses: source %d, target %d", len(src_tok),
                  len(tgt_tok))
     return src_tok, tgt_tok
