@@ -11,6 +11,7 @@ import copy
 import re
 from pathlib import Path
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.utils import instantiate as hydra_instantiate
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
@@ -90,17 +91,24 @@ def instantiate(node):
     return hydra_instantiate(node)
 
 
-_PLAIN_VALUE = re.compile(r"[A-Za-z0-9/._:+~-]+")
-_KEYWORDS = {"null", "true", "false", "nan", "inf", "-inf", "+inf"}  # typed by Hydra when bare
+_PARSER = OverridesParser.create()
+
+
+def _reads_back(override_text: str, value: str) -> bool:
+    """Whether Hydra's parser reads ``override_text`` as the string ``value``."""
+    try:
+        return _PARSER.parse_overrides([override_text])[0].value() == value
+    except Exception:  # noqa: BLE001 - the grammar's errors: it does not
+        return False
 
 
 def override(key: str, value: str | Path) -> str:
-    """A ``key=value`` command-line override that Hydra reads back as the string ``value``. A plain path (letters,
-    digits and ``/._:+~-``) stays bare; anything else is single-quoted, with ``'`` and the backslashes before a
-    quote or at the end escaped, since Hydra's grammar splits or refuses ``=``, ``,``, spaces, brackets and
-    non-ASCII letters in a bare value and types ``null``, ``true`` or ``inf``. (``${...}`` is still OmegaConf's.)"""
+    """A ``key=value`` command-line override that Hydra reads back as the string ``value``: bare when Hydra's
+    own parser reads it so, else single-quoted, with ``'`` and the backslashes before a quote or at the end
+    escaped (a bare value is split or refused at ``=``, ``,``, spaces, brackets and non-ASCII letters, and typed
+    when it reads as ``null``, ``true``, a number or ``inf``). ``${...}`` is still OmegaConf's interpolation."""
     text = str(value)
-    if _PLAIN_VALUE.fullmatch(text) and not text[0].isdigit() and text.lower() not in _KEYWORDS:
+    if _reads_back(f"{key}={text}", text):
         return f"{key}={text}"
     escaped = re.sub(r"(\\*)('|$)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), text)
     return f"{key}='{escaped}'"
