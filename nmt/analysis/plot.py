@@ -34,6 +34,7 @@ import numpy as np
 # left alone, and there is no global figure registry to leak when plotting hundreds of sentences.
 from matplotlib.figure import Figure
 
+from nmt.analysis.fonts import FONT_HINT, families_for
 from nmt.analysis.gold import FORMATS, read_alignments
 from nmt.analysis.saved import NPZ_ERRORS, checked_indices, jsonl_of, read_records, unreadable
 from nmt.data.textio import check_writable
@@ -46,9 +47,6 @@ SPECIAL_TOKENS = frozenset({"</s>", "<s>", "<pad>", "<unk>"})
 
 
 CONT_MARK = "\u00b7"  # "·" before pieces that continue a word
-
-
-FONT = "DejaVu Sans"  # shipped with matplotlib; covers ä ö ü ß é è ç ř š ž ů
 
 
 INCH_PER_TOKEN = 0.28
@@ -123,12 +121,17 @@ def _draw_heatmap(a: np.ndarray, source_tokens: list[str], hypothesis_tokens: li
     width = max(4.0, INCH_PER_TOKEN * src_len + 2.5)
     height = max(3.0, INCH_PER_TOKEN * hyp_len + 2.0)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with matplotlib.rc_context({"font.family": FONT, "font.size": 10}):
+    x_labels, y_labels = [show(t) for t in source_tokens], [show(t) for t in hypothesis_tokens]
+    families, missing = families_for([*x_labels, *y_labels, title or ""])
+    if missing:  # one warning for the figure instead of matplotlib's one per glyph
+        warnings.warn(f"{path}: no installed font covers {missing!r} (drawn as boxes): {FONT_HINT}", stacklevel=3)
+    with matplotlib.rc_context({"font.family": families, "font.size": 10}), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Glyph .* missing from")
         fig = Figure(figsize=(width, height), layout="constrained")
         ax = fig.add_subplot()
         image = ax.imshow(a, cmap="Greys", vmin=0.0, vmax=1.0, aspect="equal", interpolation="nearest")
-        ax.set_xticks(range(src_len), [show(t) for t in source_tokens], rotation=90)
-        ax.set_yticks(range(hyp_len), [show(t) for t in hypothesis_tokens])
+        ax.set_xticks(range(src_len), x_labels, rotation=90)
+        ax.set_yticks(range(hyp_len), y_labels)
         for links, marker, size, label in ((sure, "s", 160, "gold sure"), (possible, "o", 20, "gold possible")):
             if links:
                 xs, ys = zip(*sorted(links))
