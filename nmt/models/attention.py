@@ -26,14 +26,15 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
     Args:
         scores: ``[B, S]`` raw scores, or ``[B, K, S]`` (K queries per source sentence).
-        mask: ``[B, S]`` (or ``[B, K, S]``) bool, True on real tokens; every row must have at least one True.
+        mask: ``[B, S]`` (or ``[B, K, S]``) bool, True on real tokens.
 
     Returns:
-        weights shaped like ``scores``, exactly 0 where ``mask`` is False, rows summing to 1.
+        weights shaped like ``scores``, exactly 0 where ``mask`` is False, rows summing to 1; a row without a
+        real token (an empty source) is all zeros, so its context vector is zero (softmax alone gives NaN).
     """
     if mask.dim() < scores.dim():
         mask = mask.unsqueeze(-2)  # [B, 1, S]: the same source mask for the K queries of a sentence
-    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1).masked_fill(~mask, 0.0)
 
 
 def context_vectors(weights: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
@@ -59,7 +60,8 @@ class Attention(nn.Module):
         prepared: ``[B, S, *]`` the result of ``prepare(keys)``; computed here when None.
 
     Returns:
-        context ``[B, Hk]`` and weights ``[B, S]`` (rows sum to 1 over real tokens, 0 on padding).
+        context ``[B, Hk]`` and weights ``[B, S]`` (rows sum to 1 over real tokens, 0 on padding; a row whose
+        mask is all False gets zero weights and a zero context).
 
     Args (of the constructor):
         query_size: Hq, the size of the decoder state that queries. key_size: Hk, the size of the encoder states.

@@ -346,3 +346,21 @@ def test_additive_score_is_the_tanh_formula(dtype, tol):
     upstream = torch.randn_like(want)
     for g_got, g_want in zip(torch.autograd.grad(got, params, upstream), torch.autograd.grad(want, params, upstream)):
         torch.testing.assert_close(g_got, g_want, rtol=0.0, atol=10 * tol)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_an_all_padding_row_gets_zero_weights_and_context_not_nan(name):
+    att = make(name)
+    query, keys, mask = make_batch([3, 0, 5], S=6)  # the middle source has no real token
+    query.requires_grad_(True)
+    context, weights = att(query, keys, mask)
+    assert bool(torch.isfinite(weights).all()) and bool(torch.isfinite(context).all())
+    assert torch.equal(weights[1], torch.zeros(6)) and torch.equal(context[1], torch.zeros(H))
+    alone, alone_weights = att(query[[0, 2]], keys[[0, 2]], mask[[0, 2]])  # the other rows are unaffected
+    torch.testing.assert_close(weights[[0, 2]], alone_weights)
+    torch.testing.assert_close(context[[0, 2]], alone)
+    context.sum().backward()
+    assert bool(torch.isfinite(query.grad).all())
+    assert all(bool(torch.isfinite(p.grad).all()) for p in att.parameters() if p.grad is not None)
+    beam_context, beam_weights = att(query.detach().unsqueeze(1).expand(3, 2, H), keys, mask)  # [B, K, Hq] queries
+    assert torch.equal(beam_weights[1], torch.zeros(2, 6)) and bool(torch.isfinite(beam_context).all())
