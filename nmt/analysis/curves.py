@@ -20,6 +20,9 @@ from pathlib import Path
 
 X_AXES = {"step": ("step", "training step"), "minutes": ("minutes", "training minutes (validation included)")}
 
+TREND_MIN_POINTS = 3  # validations a trend is fitted to (the last ones with a finite BLEU)
+TREND_MIN_STEPS = 300  # ... and the steps they must span at least
+
 
 @dataclass
 class Curve:
@@ -53,10 +56,11 @@ class Curve:
 
     def recent_slope(self, last: int = 3) -> float | None:
         """Validation BLEU gained per 1,000 steps over the last ``last`` validations with a finite BLEU (least
-        squares), or None with fewer than two such validations. Near zero or negative: the run has converged at
-        its learning rate."""
-        points = [(r["step"], r["valid_bleu"]) for r in self.finite()[-last:]]
-        if len(points) < 2:
+        squares), or None when they are fewer than ``TREND_MIN_POINTS`` or span fewer than ``TREND_MIN_STEPS``
+        steps (two close validations would extrapolate noise to hundreds of BLEU per 1,000 steps). Near zero or
+        negative: the run has converged at its learning rate."""
+        points = [(r["step"], r["valid_bleu"]) for r in self.finite()[-max(last, TREND_MIN_POINTS):]]
+        if len(points) < TREND_MIN_POINTS or points[-1][0] - points[0][0] < TREND_MIN_STEPS:
             return None
         mean_x = sum(x for x, _ in points) / len(points)
         mean_y = sum(y for _, y in points) / len(points)
@@ -128,8 +132,9 @@ def format_table(curve: Curve) -> str:
 def summary(curve: Curve) -> str:
     """One line: best validation BLEU, its step, the last one and the recent slope in BLEU per 1,000 steps."""
     best, last = curve.best(), curve.records[-1]
-    slope, used = curve.recent_slope(), min(3, len(curve.finite()))
-    trend = "n/a" if slope is None else f"{slope:+.2f} BLEU per 1k steps over the last {used} validations"
+    slope, used = curve.recent_slope(), min(TREND_MIN_POINTS, len(curve.finite()))
+    trend = (f"n/a (needs {TREND_MIN_POINTS} validations over at least {TREND_MIN_STEPS} steps)" if slope is None
+             else f"{slope:+.2f} BLEU per 1k steps over the last {used} validations")
     diverged = len(curve.records) - len(curve.finite())
     best_text = "no finite BLEU" if best is None else f"{best['valid_bleu']:.2f} at step {best['step']}"
     return (f"{curve.label}: best valid BLEU {best_text}; last {last['valid_bleu']:.2f} at step {last['step']}; "

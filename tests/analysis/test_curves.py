@@ -5,6 +5,7 @@ import json
 import math
 import re
 
+import numpy as np
 import pytest
 
 from nmt.analysis import curves
@@ -28,7 +29,7 @@ def test_best_and_slope_known_values(tmp_path):
     assert curve.label == "run"
     assert curve.best()["step"] == 1600
     assert curve.recent_slope() == pytest.approx(5.0)
-    assert curve.recent_slope(last=2) == pytest.approx(5.0)
+    assert curve.recent_slope(last=2) == pytest.approx(5.0)  # a trend uses at least three validations
     assert curve.recent_slope(last=4) == pytest.approx(11.0)  # least squares over all four points
     assert "+5.00 BLEU per 1k steps" in curves.summary(curve)
 
@@ -49,6 +50,16 @@ def test_records_sorted_minutes_and_single_record(tmp_path):
     one = curves.read_curve(write_run(tmp_path / "one", [record(400, 3.0)]))
     assert one.recent_slope() is None
     assert "trend n/a" in curves.summary(one)
+
+
+@pytest.mark.parametrize("steps", [[400, 404], [400, 404, 408], [100, 200, 300]])
+def test_no_trend_from_few_or_close_validations(tmp_path, steps):
+    """Two validations 4 steps apart once gave '+702.50 BLEU per 1k steps': a trend needs three validations
+    over at least 300 steps."""
+    run = write_run(tmp_path / "close", [record(step, 5.0 + i * 2.81) for i, step in enumerate(steps)])
+    curve = curves.read_curve(run)
+    assert curve.recent_slope() is None
+    assert "trend n/a (needs 3 validations over at least 300 steps)" in curves.summary(curve)
 
 
 def test_table_has_one_row_per_validation(tmp_path):
@@ -103,12 +114,13 @@ def test_cli_errors(tmp_path, capsys):
 
 def test_nan_validation_is_never_best(tmp_path):
     """A diverged validation logs NaN: it must not win max() by coming first, nor poison the trend."""
-    run = write_run(tmp_path / "nan", [record(400, float("nan")), record(800, 20.0), record(1200, 21.0)])
+    run = write_run(tmp_path / "nan", [record(400, 19.0), record(800, float("nan")), record(1200, 20.0),
+                                       record(1600, 21.0)])
     curve = curves.read_curve(run)
-    assert curve.best()["step"] == 1200
-    assert curve.recent_slope() == pytest.approx(2.5)
+    assert curve.best()["step"] == 1600
+    assert curve.recent_slope() == pytest.approx(1000 * np.polyfit([400, 1200, 1600], [19, 20, 21], 1)[0])
     text = curves.summary(curve)
-    assert "best valid BLEU 21.00 at step 1200" in text and "over the last 2 validations" in text
+    assert "best valid BLEU 21.00 at step 1600" in text and "over the last 3 validations" in text
     assert "1 validation(s) with NaN BLEU" in text
     all_nan = curves.read_curve(write_run(tmp_path / "all", [record(400, float("nan"))]))
     assert all_nan.best() is None and "no finite BLEU" in curves.summary(all_nan)
