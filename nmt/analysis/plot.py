@@ -7,9 +7,9 @@ Reads the artifact contract of docs/design.md §2:
 * ``X.alignments.jsonl`` (same path, ``.npz`` -> ``.jsonl``): one JSON object per line,
   ``{"index": int, "source_tokens": [...], "hypothesis_tokens": [...]}`` with sentencepiece pieces.
 
-Token display: a word-initial piece is shown without its "▁" (``"▁Mann"`` -> ``"Mann"``); a piece that
-continues a word is shown with a leading middle dot (``"s"`` -> ``"·s"``), so word starts stay visible;
-special tokens (``"</s>"``) and byte pieces (``"<0xC3>"``) are shown as they are, a bare ``"▁"`` as ``"▁"``.
+Token display: :mod:`nmt.analysis.labels` (``"▁Mann"`` -> ``"Mann"``, ``"s"`` -> ``"·s"``, byte pieces as the
+characters they spell). A sentence longer than ``FULL_SIZE_TOKENS`` pieces on either axis is drawn smaller
+(cells and labels scaled down together, with a warning) so that the image stays under about 2,200 pixels.
 
 With ``--gold FILE`` (a word alignment gold set, the format options of nmt.analysis.gold) the pieces are merged into
 words (nmt.decoding.word_alignment.merge_to_words, optionally ``--shift 1``) and the gold links of each sentence are drawn over
@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
@@ -36,29 +35,15 @@ from matplotlib.figure import Figure
 
 from nmt.analysis.fonts import FONT_HINT, families_for
 from nmt.analysis.gold import FORMATS, read_alignments
+from nmt.analysis.labels import display_token, display_tokens  # noqa: F401 (display_token: public here too)
 from nmt.analysis.saved import NPZ_ERRORS, checked_indices, jsonl_of, read_records, unreadable
 from nmt.data.textio import check_writable
 from nmt.decoding.word_alignment import merge_to_words
 
-WORD_START = "\u2581"
-
-
-SPECIAL_TOKENS = frozenset({"</s>", "<s>", "<pad>", "<unk>"})
-
-
-CONT_MARK = "\u00b7"  # "·" before pieces that continue a word
-
-
 INCH_PER_TOKEN = 0.28
 
 
-def display_token(piece: str) -> str:
-    """How one sentencepiece piece is written on an axis (see the module docstring)."""
-    if piece in SPECIAL_TOKENS or (piece.startswith("<0x") and piece.endswith(">")):
-        return piece
-    if piece.startswith(WORD_START):
-        return piece[len(WORD_START) :] or WORD_START
-    return CONT_MARK + piece
+FULL_SIZE_TOKENS = 70  # longer sentences are drawn scaled down to this many tokens' size
 
 
 def plot_alignment(
@@ -83,8 +68,9 @@ def plot_alignment(
         hypothesis_tokens: ``[hyp_len]`` hypothesis pieces.
         path: where to write the PNG (parent folders are created).
         title: optional figure title.
-        sure, possible: gold links ``(source_index, hypothesis_index)``, 0-based, drawn as red squares (sure)
-            and small red dots (possible and not sure); links outside the matrix raise ValueError.
+        sure: gold sure links ``(source_index, hypothesis_index)``, 0-based, drawn as red squares; links
+            outside the matrix raise ValueError.
+        possible: gold possible links, as ``sure``, drawn as small red dots where they are not sure links.
         words: the tokens are words (shown as they are), not sentencepiece pieces.
     Returns:
         the path written.
@@ -107,25 +93,29 @@ def plot_alignment(
         raise ValueError(f"gold links {outside[:5]} (0-based) fall outside the {src_len} source x {hyp_len} "
                          "hypothesis tokens: is the gold file 1-based (--one-based), target-first (--target-first), "
                          "or for other sentences?")
-    show = (lambda token: token) if words else display_token
+    show = list if words else display_tokens
     path = Path(path)
-    _draw_heatmap(a, source_tokens, hypothesis_tokens, path, title, sure, possible, show)
+    _draw_heatmap(a, show(source_tokens), show(hypothesis_tokens), path, title, sure, possible)
     return path
 
 
-def _draw_heatmap(a: np.ndarray, source_tokens: list[str], hypothesis_tokens: list[str], path: Path,
-                  title: str | None, sure: set[tuple[int, int]], possible: set[tuple[int, int]],
-                  show: Callable[[str], str]) -> None:
-    """Draw and write the PNG of :func:`plot_alignment` (checked arguments; ``show`` labels one token)."""
+def _draw_heatmap(a: np.ndarray, x_labels: list[str], y_labels: list[str], path: Path, title: str | None,
+                  sure: set[tuple[int, int]], possible: set[tuple[int, int]]) -> None:
+    """Draw and write the PNG of :func:`plot_alignment` (checked arguments, the axis labels of the tokens)."""
     hyp_len, src_len = a.shape
-    width = max(4.0, INCH_PER_TOKEN * src_len + 2.5)
-    height = max(3.0, INCH_PER_TOKEN * hyp_len + 2.0)
+    scale = min(1.0, FULL_SIZE_TOKENS / max(src_len, hyp_len))
+    if scale < 1.0:
+        warnings.warn(f"{path}: {hyp_len} x {src_len} tokens, drawn at {scale:.0%} of full size (smaller cells and "
+                      "labels); plot a shorter sentence, or read the matrix from the .npz, for every label at full size",
+                      stacklevel=3)
+    width = max(4.0, INCH_PER_TOKEN * scale * src_len + 2.5)
+    height = max(3.0, INCH_PER_TOKEN * scale * hyp_len + 2.0)
     path.parent.mkdir(parents=True, exist_ok=True)
-    x_labels, y_labels = [show(t) for t in source_tokens], [show(t) for t in hypothesis_tokens]
     families, missing = families_for([*x_labels, *y_labels, title or ""])
     if missing:  # one warning for the figure instead of matplotlib's one per glyph
         warnings.warn(f"{path}: no installed font covers {missing!r} (drawn as boxes): {FONT_HINT}", stacklevel=3)
-    with matplotlib.rc_context({"font.family": families, "font.size": 10}), warnings.catch_warnings():
+    with matplotlib.rc_context({"font.family": families, "font.size": max(3.0, 10 * scale)}), \
+            warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Glyph .* missing from")
         fig = Figure(figsize=(width, height), layout="constrained")
         ax = fig.add_subplot()

@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
+from nmt.analysis.labels import display_tokens
 from nmt.analysis.plot import display_token, main, plot_alignment, plot_npz
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -171,6 +172,27 @@ def test_figure_grows_with_sentence_length(tmp_path):
     (w_small, h_small), (w_big, h_big) = png_size(small), png_size(big)
     assert w_big > 3 * w_small and h_big > 3 * h_small
     assert w_big >= n * 20  # at least ~20 px per source token at dpi 100
+
+
+def test_a_long_sentence_is_drawn_smaller_with_a_warning(tmp_path):
+    """A 250-subword line once gave a 7250 x 648 px image nobody could read: the size is capped, with a warning."""
+    n = 250
+    src, hyp = [f"▁w{i}" for i in range(n)], [f"▁v{i}" for i in range(20)]
+    with pytest.warns(UserWarning, match=r"20 x 250 tokens, drawn at 28% of full size"):
+        path = plot_alignment(np.full((20, n), 1.0 / n, np.float32), src, hyp, tmp_path / "long.png")
+    width, height = png_size(path)
+    assert width <= 2300 and height >= 300  # ~ FULL_SIZE_TOKENS tokens' width; the rows still visible
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # 70 tokens or fewer: full size, no warning
+        plot_alignment(np.full((20, 70), 1.0 / 70, np.float32), src[:70], hyp, tmp_path / "full.png")
+
+
+def test_byte_pieces_are_labelled_with_the_characters_they_spell():
+    pieces = ["▁A", "▁", "<0xF0>", "<0x9F>", "<0xA6>", "<0x9C>", "▁dog", "<0xC3>", "<0xA9>", "<0x0A>", "<0xFF>",
+              "<0xE4>", "<0xB8>", "</s>"]
+    assert display_tokens(pieces) == ["A", "▁", "🦜", "·", "·", "·", "dog", "é", "·", "<0x0A>", "<0xFF>",
+                                      "<0xE4>", "<0xB8>", "</s>"]  # a newline, a stray byte, a cut character
+    assert display_tokens(["▁Mann", "s"]) == ["Mann", "·s"]
 
 
 def test_shape_mismatch_raises(tmp_path):
