@@ -9,6 +9,9 @@ only), not by ``datasets``' text builder, whose line splitting also breaks lines
 from __future__ import annotations
 
 import logging
+import os
+import sys
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,12 +82,35 @@ def _multi30k_local(data_cfg, train: bool = True) -> dict[str, Parallel] | None:
     return splits
 
 
+def hub_reachable(hub_id: str, timeout: float = 5.0) -> bool:
+    """Does the HuggingFace hub (``HF_ENDPOINT``, default https://huggingface.co) describe the dataset ``hub_id``
+    (HTTP 200 from its API within ``timeout`` seconds, through the environment's proxy settings)? False at once
+    when ``HF_HUB_OFFLINE`` or ``HF_DATASETS_OFFLINE`` is set, and for no route, no name, a refusal, a time-out
+    or any other answer (a network that intercepts requests answers too, but not with the dataset)."""
+    if any(os.environ.get(k, "").lower() in ("1", "true", "yes") for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")):
+        return False
+    url = f"{os.environ.get('HF_ENDPOINT', 'https://huggingface.co').rstrip('/')}/api/datasets/{hub_id}"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as answer:
+            return answer.status == 200
+    except (OSError, ValueError):  # URLError and HTTPError are OSErrors; ValueError: a malformed endpoint
+        return False
+
+
 def _multi30k_hub(data_cfg) -> dict[str, Parallel]:
     langs = {data_cfg.src_lang, data_cfg.tgt_lang}
     where = (f"put the raw Multi30k files {{train,val,test_2016_flickr}}.{{{data_cfg.src_lang},{data_cfg.tgt_lang}}}.gz "
              f"in {Path(data_cfg.dir).resolve()} (set NMT_DATA_DIR to the folder that holds multi30k/)")
     if not langs <= {"en", "de"}:
         raise DataError(f"the hub copy {data_cfg.hub_id} has only en and de; for {sorted(langs)} {where}")
+    if not hub_reachable(data_cfg.hub_id):  # offline: only the local HuggingFace cache, at once, instead of a minute of retries
+        os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"
+        for module, flags in (("datasets.config", ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")),
+                              ("huggingface_hub.constants", ("HF_HUB_OFFLINE",))):
+            if module in sys.modules:  # imported already: they read the environment at import
+                for flag in flags:
+                    setattr(sys.modules[module], flag, True)
+        log.warning("the HuggingFace hub cannot be reached: looking for %s in the local cache only", data_cfg.hub_id)
     import datasets  # slow to import: only on the hub path
 
     try:
@@ -109,7 +135,9 @@ def load_splits(data_cfg, train: bool = True) -> dict[str, Parallel]:
     training split of a local corpus (training reads it as a stream: :mod:`nmt.data.stream`).
 
     Raises:
-        DataError / FileNotFoundError / nmt.data.textio.TextFileError, each naming the file and what to do.
+        DataError: a corpus that cannot be used, naming the file and what to do.
+        FileNotFoundError: a configured file that does not exist.
+        nmt.data.textio.TextFileError: a file that is not valid UTF-8 text, naming the file, line and byte.
     """
     if data_cfg.kind == "multi30k":
         splits = _multi30k_local(data_cfg, train) or _multi30k_hub(data_cfg)

@@ -118,6 +118,26 @@ def test_no_local_dir_offline_hub_fails_fast(offline, compose_cfg):
     assert "NMT_DATA_DIR" in message and "bentrevett/multi30k" in message
 
 
+def test_an_unreachable_hub_fails_fast_without_offline_settings(monkeypatch, tmp_path, compose_cfg):
+    """No local corpus, no offline setting, and a hub whose name does not resolve: one quick probe, then the
+    local cache only, instead of the hub client's retries (about 25 s of them)."""
+    import datasets
+    import huggingface_hub
+
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.setattr(datasets.config, name, False)  # restored after the test, like the environment
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_ENDPOINT", "https://hub.invalid")  # .invalid never resolves
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf" / "datasets")
+    cfg = compose_cfg([f"data.dir={tmp_path / 'no-such-dir' / 'multi30k'}"])
+    start = time.monotonic()
+    with pytest.raises(DataError, match="NMT_DATA_DIR"):
+        load_splits(cfg.data)
+    assert time.monotonic() - start < 10
+
+
 @pytest.mark.parametrize("pair", [("en", "fr"), ("cs", "en")])
 def test_no_local_dir_fr_cs_not_on_hub(offline, compose_cfg, pair):
     cfg = compose_cfg([f"data.dir={offline}", f"data.src_lang={pair[0]}", f"data.tgt_lang={pair[1]}"])
