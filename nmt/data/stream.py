@@ -97,8 +97,9 @@ def train_stream(data_cfg) -> TrainStream:
     ``extra_train`` applied as :func:`nmt.data.corpus.load_splits` applies them).
 
     Raises:
-        DataError / FileNotFoundError / nmt.data.textio.TextFileError, naming the file and what to do (a missing
-            file at once; a bad byte while the stream is read).
+        DataError: a corpus that cannot be used, naming the file and what to do.
+        FileNotFoundError: a configured file that does not exist (raised at once).
+        nmt.data.textio.TextFileError: a byte that is not UTF-8 (raised while the stream is read).
     """
     files = _files(data_cfg)
     langs = {"src": data_cfg.src_lang, "tgt": data_cfg.tgt_lang}

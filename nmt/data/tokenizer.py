@@ -1,17 +1,21 @@
-"""Subwords with SentencePiece (Kudo and Richardson 2018): training and a small Tokenizer wrapper.
-
-The special ids are fixed here, once, for every model this toolkit trains:
-``PAD_ID = 0``, ``UNK_ID = 1``, ``BOS_ID = 2``, ``EOS_ID = 3``.
+"""Subwords with SentencePiece (Kudo and Richardson 2018): a small Tokenizer wrapper around a model trained by
+:func:`nmt.data.spm_training.train_spm` (re-exported here with the fixed special ids ``PAD_ID = 0``,
+``UNK_ID = 1``, ``BOS_ID = 2``, ``EOS_ID = 3``).
 
 Byte fallback is on by default, so characters never seen in training are encoded as UTF-8 byte pieces
 (``<0xC3>`` ...) and survive an encode/decode round trip; ``decode`` turns byte pieces back into text and
 never emits a raw ``<0x..>`` piece. A hypothesis that contains ``<unk>`` (possible only with byte fallback
 off) is decoded to the surface string `` ⁇ `` (SentencePiece's own convention).
+
+What a round trip changes (``decode(encode(text)) == normalize(text)``, with byte fallback): the model's
+normalization rule (``tokenizer.normalization``; the default ``nmt_nfkc`` applies NFKC, drops control and
+zero-width characters and reads tabs as spaces; ``identity`` changes no character), then every line-break
+character (those ``str.splitlines`` breaks at) and the word-boundary mark "▁" (U+2581) become spaces, runs of
+spaces become one, and leading and trailing spaces go. Text must be valid Unicode (no lone surrogates).
 """
 
 from __future__ import annotations
 
-import io
 import itertools
 import re
 from collections.abc import Iterable
@@ -20,84 +24,19 @@ from pathlib import Path
 import numpy as np
 import sentencepiece as spm
 
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+from nmt.data.spm_training import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, UNK, UNK_ID, train_spm
+
+__all__ = ["BOS", "BOS_ID", "EOS", "EOS_ID", "PAD", "PAD_ID", "UNK", "UNK_ID", "WORD_START", "Tokenizer",
+           "needed_pieces", "restrict_model_proto", "train_spm"]
 
 
-PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
+WORD_START = "\u2581"  # "▁", SentencePiece's word-boundary piece
 
 
 _SPACES = re.compile(" {2,}")
 
 
 _LINE_BREAKS = re.compile("[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")  # what str.splitlines() splits on
-
-
-def train_spm(
-    sentences: Iterable[str],
-    model_path: str | Path,
-    vocab_size: int = 8000,
-    model_type: str = "bpe",
-    character_coverage: float = 1.0,
-    byte_fallback: bool = True,
-    input_sentence_size: int = 2_000_000,
-    seed_sentencepiece_size: int = 1_000_000,
-) -> Path:
-    """Train a SentencePiece model on ``sentences`` and write it to ``model_path`` (a ``.model`` file).
-
-    Args:
-        sentences: training text, one sentence per item (empty strings are skipped).
-        model_path: where the ``.model`` file goes; a ``.vocab`` file is written beside it.
-        vocab_size: number of pieces, including the four special ids above.
-        model_type: ``"bpe"`` or ``"unigram"``.
-        character_coverage: share of characters covered by single-character pieces (1.0 for Latin scripts).
-        byte_fallback: encode unseen characters as UTF-8 byte pieces instead of ``<unk>``.
-
-    Returns:
-        the path of the written model.
-
-    Raises:
-        ValueError: if ``model_type`` is unknown or there are no sentences.
-
-    A text too small for ``vocab_size`` gives a smaller vocabulary, not an error (``hard_vocab_limit=False``).
-    """
-    if model_type not in ("bpe", "unigram"):
-        raise ValueError(f"sentencepiece model_type must be 'bpe' or 'unigram', got {model_type!r}")
-    text = [s for s in sentences if s.strip()]
-    if not text:
-        raise ValueError("cannot train a sentencepiece model on no sentences")
-    model_path = Path(model_path)
-    model_path.parent.mkdir(parents=True, exist_ok=True)
-    proto = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(text),
-        model_writer=proto,
-        vocab_size=vocab_size,
-        model_type=model_type,
-        character_coverage=character_coverage,
-        byte_fallback=byte_fallback,
-        pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
-        pad_piece=PAD, unk_piece=UNK, bos_piece=BOS, eos_piece=EOS,
-        input_sentence_size=input_sentence_size,
-        seed_sentencepiece_size=seed_sentencepiece_size,
-        shuffle_input_sentence=True,
-        hard_vocab_limit=False,
-        num_threads=2,
-        minloglevel=2,
-    )
-    tmp = model_path.with_suffix(".model.tmp")
-    tmp.write_bytes(proto.getvalue())
-    tmp.replace(model_path)
-    _write_vocab(model_path, proto.getvalue())
-    return model_path
-
-
-def _write_vocab(model_path: Path, model_proto: bytes) -> None:
-    """Write the ``.vocab`` file beside ``model_path``: one ``piece<TAB>score`` line per id."""
-    sp = spm.SentencePieceProcessor(model_proto=model_proto)
-    vocab = "".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n" for i in range(sp.get_piece_size()))
-    tmp = model_path.with_suffix(".vocab.tmp")
-    tmp.write_text(vocab, encoding="utf-8")
-    tmp.replace(model_path.with_suffix(".vocab"))
 
 
 def restrict_model_proto(model_proto: bytes, keep: Iterable[int]) -> bytes:
@@ -116,6 +55,29 @@ def restrict_model_proto(model_proto: bytes, keep: Iterable[int]) -> bytes:
     return model.SerializeToString()
 
 
+def needed_pieces(model_proto: bytes, used: Iterable[int]) -> set[int]:
+    """The ids a restricted vocabulary of a SentencePiece model must keep besides the pieces its text ``used``, so
+    that it segments any text as the whole model does, down to single characters and bytes: every piece that is
+    not a normal one (the special ids, the user-defined symbols, the byte pieces), the word-boundary piece "▁",
+    and the single-character piece of every character of the ``used`` pieces (BPE takes a word apart into them,
+    so none of its letters falls back to bytes); every single-character piece when the model has no byte pieces
+    (they are then the only way to spell a word not in the vocabulary). Without "▁" a word boundary outside
+    the kept pieces would be written as the three bytes of U+2581 and decode to a literal "▁" glued to the words.
+    """
+    from sentencepiece import sentencepiece_model_pb2 as pb  # protobuf, only needed here
+
+    model = pb.ModelProto()
+    model.ParseFromString(model_proto)
+    normal, byte = pb.ModelProto.SentencePiece.NORMAL, pb.ModelProto.SentencePiece.BYTE
+    types = [p.type for p in model.pieces]
+    singles = {p.piece: i for i, p in enumerate(model.pieces) if p.type == normal and len(p.piece) == 1}
+    if byte in types:
+        chars = {c for i in used if types[i] == normal for c in model.pieces[i].piece} | {WORD_START}
+    else:
+        chars = set(singles)
+    return {i for i, piece_type in enumerate(types) if piece_type != normal} | {singles[c] for c in chars if c in singles}
+
+
 class Tokenizer:
     """A trained SentencePiece model with this toolkit's conventions.
 
@@ -126,7 +88,7 @@ class Tokenizer:
     With ``vocab`` (SentencePiece ids, see :meth:`restricted`) the tokenizer's ids are positions in that list:
     a joint subword model can then give each side its own smaller vocabulary, the pieces that side actually
     uses, which shrinks the target embedding and output layer (``tokenizer.restrict_vocab``). The special
-    ids stay 0-3 and byte pieces are always kept, so every text still round-trips.
+    ids stay 0-3, and the pieces any text needs (:func:`needed_pieces`) are kept, so every text still round-trips.
 
     Raises:
         ValueError: if the bytes are not a SentencePiece model, the model's special ids differ from the fixed
@@ -178,15 +140,15 @@ class Tokenizer:
         return cls(data, name=str(path))
 
     def restricted(self, texts: Iterable[str]) -> Tokenizer:
-        """This model with the vocabulary restricted to the pieces ``texts`` use, plus the special ids and every
-        byte piece (so unseen characters still round-trip)."""
+        """This model with the vocabulary restricted to the pieces ``texts`` use, plus the pieces any text needs
+        (:func:`needed_pieces`: the special ids, user-defined symbols, byte pieces, "▁" and single characters), so
+        that every text still round-trips and counts its words as the whole model does."""
         used = {PAD_ID, UNK_ID, BOS_ID, EOS_ID}
-        used.update(i for i in range(self.sp.get_piece_size()) if self.sp.is_byte(i))
         texts = iter(texts)
         while chunk := list(itertools.islice(texts, 20_000)):  # a stream: a chunk in memory at a time
             for ids in self.sp.encode([t for t in chunk if t.strip()]):
                 used.update(ids)
-        return Tokenizer(self.model_proto, self.name, vocab=used)
+        return Tokenizer(self.model_proto, self.name, vocab=used | needed_pieces(self.model_proto, used))
 
     def __len__(self) -> int:
         return len(self.vocab) if self.vocab is not None else self.sp.get_piece_size()
@@ -230,9 +192,15 @@ class Tokenizer:
         reads "Ein Mann", two words, as :func:`nmt.decoding.word_alignment.words_from_pieces` counts them). A generated line
         break (the byte pieces ``<0x0A>``/``<0x0D>``, kept in every vocabulary by byte fallback, or any other
         character that ``str.splitlines`` breaks at: ``\v``, ``\f``, U+001C-U+001E, U+0085, U+2028, U+2029) becomes
-        a space, so a translation is always one line and output files keep one line per input line."""
-        text = self.sp.decode(self._spm_ids(i for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)))
-        return _SPACES.sub(" ", _LINE_BREAKS.sub(" ", text)).strip(" ")
+        a space, so a translation is always one line and output files keep one line per input line; so does a "▁"
+        spelt in byte pieces (``<0xE2><0x96><0x81>``: encoding reads a "▁" in the text as a space too)."""
+        return _clean(self.sp.decode(self._spm_ids(i for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID))))
+
+    def normalize(self, text: str) -> str:
+        """``text`` as a round trip gives it back: ``decode(encode(text)) == normalize(text)`` whenever byte fallback
+        is on (the module docstring lists what changes: the model's normalization rule, line breaks and "▁" read as
+        spaces, spaces collapsed and stripped)."""
+        return _clean(self.sp.normalize(text))
 
     def pieces(self, ids: Iterable[int]) -> list[str]:
         """Ids -> piece strings (``"▁Ein"``, ``"</s>"``), the labels used for alignment matrices and plots."""
@@ -241,3 +209,8 @@ class Tokenizer:
     def piece_to_id(self, piece: str) -> int:
         """A piece string -> this tokenizer's id (UNK_ID for a piece outside a restricted vocabulary)."""
         return self._model_ids([self.sp.piece_to_id(piece)])[0]
+
+
+def _clean(text: str) -> str:
+    """Decoded or normalized text as one line: "▁" and line breaks -> spaces, runs of spaces -> one, stripped."""
+    return _SPACES.sub(" ", _LINE_BREAKS.sub(" ", text.replace(WORD_START, " "))).strip(" ")

@@ -48,9 +48,10 @@ _BYTE_PIECE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 
 def _whitespace_bytes(pieces: list[str]) -> set[int]:
     """Positions of byte-fallback pieces that encode a whitespace character (``<0x0A>``, ``<0x09>``, the three
-    bytes of U+2028, ...): :meth:`nmt.data.tokenizer.Tokenizer.decode` turns them into a space between words. Each run
-    of byte pieces is read as UTF-8 one character at a time; a byte that starts no valid character is skipped
-    (it decodes to U+FFFD, a letter for word counting)."""
+    bytes of U+2028, ...) or the word-boundary mark "▁" itself (``<0xE2><0x96><0x81>``, which a vocabulary without
+    the bare "▁" piece uses for a word boundary): :meth:`nmt.data.tokenizer.Tokenizer.decode` turns them into a
+    space between words. Each run of byte pieces is read as UTF-8 one character at a time; a byte that starts no
+    valid character is skipped (it decodes to U+FFFD, a letter for word counting)."""
     out: set[int] = set()
     run: list[tuple[int, int]] = []
     for pos, piece in enumerate([*pieces, ""]):
@@ -66,7 +67,7 @@ def _whitespace_bytes(pieces: list[str]) -> set[int]:
                 char = bytes(b for _, b in run[i : i + size]).decode("utf-8")
             except UnicodeDecodeError:
                 char, size = "", 1
-            if char.isspace():
+            if char.isspace() or char == WORD_START:
                 out.update(p for p, _ in run[i : i + size])
             i += size
         run = []
@@ -79,7 +80,7 @@ def words_from_pieces(pieces: list[str]) -> list[int]:
     A piece starting with "▁" starts a new word; the first (non-special) piece always starts word 0; every
     other piece (including byte-fallback pieces such as ``"<0xC3>"``) continues the current word. Two kinds of
     pieces are only spaces: a bare "▁" that nothing continues (the next non-special piece starts with "▁" or is a
-    space too, or there is none), and byte pieces whose run decodes to whitespace (a generated ``<0x0A>``). They
+    space too, or there is none), and byte pieces whose run decodes to whitespace or "▁" (a generated ``<0x0A>``). They
     start no word and join the word before them (word 0 at the start), and the piece after them starts a new
     word, so the words counted here are the whitespace-separated words of the decoded text
     (:meth:`nmt.data.tokenizer.Tokenizer.decode` collapses such spaces). ``</s>``, ``<s>`` and ``<pad>`` get ``-1``
