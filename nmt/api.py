@@ -14,12 +14,15 @@ translation's subword alignment into a word-level one.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from nmt.analysis.forced import force_align
 from nmt.data.normalize import Normalizer
+from nmt.decoding.ensemble import Ensemble, load_ensemble
 from nmt.decoding.options import check_decoding
 from nmt.decoding.translation import Translation, translate_nbest
 from nmt.models import checkpoint
@@ -61,23 +64,31 @@ class Translator:
         self._keep_tokens = Normalizer(self.source_lang, lowercase=self._normalizer.lowercase)
 
     @classmethod
-    def load(cls, path: str | Path, device: str = "auto", threads: int | None = None) -> Translator:
+    def load(cls, path: str | Path | Sequence[str | Path], device: str = "auto", threads: int | None = None,
+             combine: str = "prob") -> Translator:
         """Load a run folder (the model its final evaluation scored, as ``translate.py checkpoint=RUN``) or a
-        checkpoint file (``best.pt``, ``averaged.pt``, ``step_N.pt``, ``last.pt``).
+        checkpoint file (``best.pt``, ``averaged.pt``, ``step_N.pt``, ``last.pt``); a list of them is an
+        ensemble (:mod:`nmt.decoding.ensemble`: one vocabulary and direction, ``combine`` = ``prob`` or
+        ``loglinear``).
 
         Args:
-            path: a run folder or a checkpoint file.
+            path: a run folder or a checkpoint file, or a list of them.
             device: ``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``.
             threads: torch's CPU threads for this process (None: leave torch's setting).
         Raises:
-            FileNotFoundError, nmt.models.checkpoint.CheckpointError: a missing or unusable checkpoint, named.
-            ValueError: an unknown device, CUDA on a machine without it, or threads below 1.
+            FileNotFoundError, nmt.models.checkpoint.CheckpointError: a missing or unusable checkpoint, named,
+                and ensemble members of other subwords or another direction.
+            ValueError: an unknown device, CUDA on a machine without it, threads below 1, an unknown combine.
         """
         set_threads(threads)
         chosen = pick_device(device)
-        file = checkpoint.run_model(path)
-        model, config, src_tok, tgt_tok, _ = checkpoint.load(file, chosen)
-        return cls(model, src_tok, tgt_tok, config, chosen, Path(file))
+        if isinstance(path, (str, Path)):
+            file = checkpoint.run_model(path)
+            model, config, src_tok, tgt_tok, _ = checkpoint.load(file, chosen)
+            return cls(model, src_tok, tgt_tok, config, chosen, Path(file))
+        paths = list(path)
+        model, config, src_tok, tgt_tok = load_ensemble(paths, chosen, combine)
+        return cls(model, src_tok, tgt_tok, config, chosen, Path(checkpoint.run_model(paths[0])))
 
     def settings(self, **overrides) -> DecodeSettings:
         """The decoding settings with ``overrides`` applied.
@@ -130,12 +141,19 @@ class Translator:
 
         Returns:
             one :class:`Translation` per pair: ``alignment`` ``[T, S]`` over ``hyp_pieces`` / ``src_pieces``
-            (both ending in ``</s>``), ``score`` the target's log-probability in nats.
+            (both ending in ``</s>``), ``score`` the target's log-probability in nats (for an ensemble: the means
+            of the members' alignments and scores).
         Raises:
             ValueError: when the line counts differ, or ``batch_size < 1``.
         """
         sources, targets = ([sources] if isinstance(sources, str) else list(sources),
                             [targets] if isinstance(targets, str) else list(targets))
         prepare = self._keep_tokens.lines
-        return force_align(self.model, self.src_tok, self.tgt_tok, prepare(sources, keep_tokens=True),
-                           prepare(targets, keep_tokens=True), batch_size, self.device)
+        sources, targets = prepare(sources, keep_tokens=True), prepare(targets, keep_tokens=True)
+        members = self.model.models if isinstance(self.model, Ensemble) else [self.model]
+        each = [force_align(m, self.src_tok, self.tgt_tok, sources, targets, batch_size, self.device) for m in members]
+        if len(each) == 1:
+            return each[0]
+        return [replace(first, alignment=np.mean([r[i].alignment for r in each], axis=0).astype(np.float32),
+                        score=float(np.mean([r[i].score for r in each])))
+                for i, first in enumerate(each[0])]

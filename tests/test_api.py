@@ -89,3 +89,17 @@ def test_loading_a_missing_or_unfinished_run_names_it(tmp_path):
         nmt.Translator.load(tmp_path / "running")
     with pytest.raises(AttributeError, match="no attribute 'Translater'"):
         nmt.Translater  # noqa: B018
+
+
+def test_a_list_of_checkpoints_is_an_ensemble(run, translator):
+    best = run / "checkpoints" / "best.pt"
+    twice = nmt.Translator.load([best, best], device="cpu")
+    one, two = translator.translate(SOURCES), twice.translate(SOURCES)
+    assert [t.text for t in two] == [t.text for t in one]  # two copies of one model: the model itself
+    np.testing.assert_allclose([t.score for t in two], [t.score for t in one], rtol=1e-4, atol=1e-4)
+    targets = ["A man rides a bike.", "", "Two dogs play."]
+    for a, b in zip(twice.align(SOURCES, targets), translator.align(SOURCES, targets)):
+        np.testing.assert_allclose(a.alignment, b.alignment, rtol=1e-6, atol=1e-7)
+        assert a.score == pytest.approx(b.score, rel=1e-6, abs=1e-6)
+    with pytest.raises(ValueError, match="'max' is not one of prob, loglinear"):
+        nmt.Translator.load([best, best], device="cpu", combine="max")
