@@ -2,8 +2,11 @@
 
 import json
 import logging
+import signal
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import hydra
@@ -11,8 +14,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from nmt.analysis.plot import plot_npz
 from nmt.data.normalize import Normalizer
-from nmt.data.textio import TextFileError, atomic_write, check_writable, read_lines
-from nmt.decoding.artifacts import check_npz_path, nbest_lines, save_alignments
+from nmt.data.textio import TextFileError, check_writable, read_lines, write_error, write_together
+from nmt.decoding.artifacts import alignment_files, check_npz_path, nbest_lines
 from nmt.decoding.options import check_decoding, decoding_settings
 from nmt.decoding.scoring import score
 from nmt.decoding.translation import at_length_limit, translate_nbest
@@ -25,24 +28,67 @@ logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stre
 log = logging.getLogger("translate")
 
 
+EXIT_STATUS = {"SIGINT": 130, "SIGTERM": 143}  # 128 + signal number, as a shell reports a job stopped by it
+OUTPUTS = ("output", "nbest", "alignments")  # written together, or none of them
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM during translation; ``name`` is the signal's (``SIGINT``)."""
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.name = name
+
+
+@contextmanager
+def signals_interrupt():
+    """While active, SIGINT and SIGTERM raise :class:`Interrupted` where the program is, so that the temporary
+    files of the outputs are removed on the way out; further signals are ignored until it ends (the clean-up
+    takes no time). Outside the main thread, signals are left alone."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, _frame):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: None)
+        raise Interrupted(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="translate")
 def main(cfg: DictConfig) -> None:
     """Load the checkpoint, translate every input line (one output line each), save what was asked.
 
-    A missing or unreadable checkpoint or input file, an output that cannot be written, or a reference with
-    another line count, ends the run with one ``error:`` line naming the file (exit status 1) instead of a
-    traceback; so does a required key left out."""
+    A missing or unreadable checkpoint or input file, an output that cannot be written (a full disk: no output
+    is replaced), or a reference with another line count, ends the run with one ``error:`` line naming the file
+    (exit status 1) instead of a traceback; so does a required key left out. SIGINT (Ctrl-C) or SIGTERM end it
+    with one line saying what was interrupted and what was written, and exit status 130 / 143."""
     if missing := sorted(OmegaConf.missing_keys(cfg)):
         sys.exit(f"translate.py: error: missing {', '.join(k + '=...' for k in missing)}; usage: "
                  "python translate.py checkpoint=PATH input=FILE output=FILE (see conf/translate.yaml)")
+    stage = {"now": "starting", "written": False}
     try:
-        run(cfg)
+        with signals_interrupt():
+            run(cfg, stage)
+    except Interrupted as stop:
+        names = ", ".join(f"{key}={cfg[key]}" for key in OUTPUTS if cfg[key])
+        done = f"{names} had been written" if stage["written"] else f"nothing was written to {names}"
+        print(f"translate.py: interrupted by {stop.name} while {stage['now']}: {done}", file=sys.stderr)
+        sys.exit(EXIT_STATUS[stop.name])
     except (OSError, checkpoint.CheckpointError, TextFileError, ValueError) as err:  # OSError: not found, no access
         sys.exit(f"translate.py: error: {err}")
 
 
-def run(cfg: DictConfig) -> None:
-    """The translation itself (see :func:`main`).
+def run(cfg: DictConfig, stage: dict | None = None) -> None:
+    """The translation itself (see :func:`main`). ``stage["now"]`` says what it is doing (``translating``,
+    ``writing``, ...) and ``stage["written"]`` whether the outputs are in place, for the line of an interruption.
 
     Raises:
         FileNotFoundError, nmt.checkpoint.CheckpointError, nmt.textio.TextFileError: a missing or unusable
@@ -50,7 +96,10 @@ def run(cfg: DictConfig) -> None:
         ValueError: a reference with another line count than the input, a decoding or output setting that
             :func:`check_outputs` refuses, or an unusable ``device=`` or ``threads=``; all found before anything
             is translated or written.
+        nmt.data.textio.WriteError: an output that cannot be written (a full disk, ...): none was replaced.
     """
+    stage = {} if stage is None else stage
+    stage["now"] = "loading"
     absolute_paths(cfg, TRANSLATE_PATHS)
     set_threads(cfg.threads)
     device = pick_device(cfg.device)
@@ -67,14 +116,15 @@ def run(cfg: DictConfig) -> None:
     loading = time.perf_counter() - loading
     # a model trained on normalized text (data.normalize, e.g. the alignment presets) sees its input the same way
     sentences = Normalizer.from_config(model_cfg.data.get("normalize"), model_cfg.data.src_lang).lines(sentences)
-    start = time.perf_counter()
+    start, stage["now"] = time.perf_counter(), "translating"
     with Precision(cfg.precision, device).autocast():
         nbest = translate_nbest(model, src_tok, tgt_tok, sentences, cfg.decode, device, beam_size, n_best)
     results = [block[0] for block in nbest]
-    seconds = time.perf_counter() - start
-    atomic_write(cfg.output, "".join(t.text + "\n" for t in results))
-    if cfg.nbest:
-        atomic_write(cfg.nbest, nbest_lines(nbest))
+    seconds, stage["now"] = time.perf_counter() - start, "writing"
+    write_together({cfg.output: "".join(t.text + "\n" for t in results),  # all or none: output= is not replaced
+                    **({cfg.nbest: nbest_lines(nbest)} if cfg.nbest else {}),  # when nbest= or alignments= fail
+                    **(alignment_files(cfg.alignments, results) if cfg.alignments else {})})
+    stage["written"] = True
     settings = decoding_settings(cfg.decode, beam_size)  # for the success line and the reference's scores
     log.info("translated %d lines (%d empty) in %.1f s (%.1f sentences/s; %s loaded in %.1f s), beam size %d, %s%s: "
              "%s", len(results), sum(not t.src_pieces for t in results), seconds, len(results) / max(seconds, 1e-9),
@@ -85,20 +135,39 @@ def run(cfg: DictConfig) -> None:
         log.warning("%d line(s) stopped at the output length limit (decode.max_len_a * source length + "
                     "decode.max_len_b) and may be cut short: lines %s%s", len(cut), ", ".join(map(str, cut[:10])),
                     " ..." if len(cut) > 10 else "")
-    if cfg.alignments:
-        save_alignments(cfg.alignments, results)
-        if cfg.plots:
-            plot_npz(cfg.alignments, [i for i in range(min(cfg.plot_first, len(results))) if results[i].text],
-                     cfg.plots)
+    if cfg.plots:
+        stage["now"] = "drawing the plots"
+        draw_plots(cfg, results)
     if references is not None:
-        # the hypotheses are in the training convention (data.normalize): score them against references in it
-        # too, as the final evaluation of training does
-        target = Normalizer.from_config(model_cfg.data.get("normalize"), model_cfg.data.tgt_lang)
-        scores = score([t.text for t in results], target.lines(references), model_cfg.data.tgt_lang)
-        scores.update(**settings, precision=cfg.precision, checkpoint=str(path))
-        if target.active:
-            scores["references_normalized"] = dict(model_cfg.data.normalize)
-        print(json.dumps(scores, indent=2), file=sys.stderr)
+        stage["now"] = "scoring"
+        print_scores(cfg, model_cfg, results, references, settings, path)
+
+
+def print_scores(cfg: DictConfig, model_cfg, results: list, references: list[str], settings: dict, path) -> None:
+    """BLEU and chrF of ``results`` against ``references``, with their signatures, the decoding ``settings`` and
+    the checkpoint ``path``, to stderr."""
+    # the hypotheses are in the training convention (data.normalize): score them against references in it
+    # too, as the final evaluation of training does
+    target = Normalizer.from_config(model_cfg.data.get("normalize"), model_cfg.data.tgt_lang)
+    scores = score([t.text for t in results], target.lines(references), model_cfg.data.tgt_lang)
+    scores.update(**settings, precision=cfg.precision, checkpoint=str(path))
+    if target.active:
+        scores["references_normalized"] = dict(model_cfg.data.normalize)
+    print(json.dumps(scores, indent=2), file=sys.stderr)
+
+
+def draw_plots(cfg: DictConfig, results: list) -> None:
+    """The heatmaps of the first ``plot_first`` non-empty lines into ``plots=``, from the saved ``alignments=``.
+
+    Raises:
+        nmt.data.textio.WriteError: naming the picture that could not be written (the outputs are in place).
+    """
+    try:
+        plot_npz(cfg.alignments, [i for i in range(min(cfg.plot_first, len(results))) if results[i].text],
+                 cfg.plots)
+    except OSError as err:
+        raise write_error(err.filename or cfg.plots, err, f"{', '.join(f'{k}={cfg[k]}' for k in OUTPUTS if cfg[k])} "
+                          "were written") from None
 
 
 def check_outputs(cfg: DictConfig) -> tuple[int, int]:

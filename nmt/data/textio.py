@@ -4,12 +4,20 @@ Lines are split on ``\n`` only. A ``\r`` right before a line end (or the end of 
 ``\r\n`` counts as ``\n``; a lone ``\r``, U+2028, U+2029 or U+0085 inside a line stays inside it (Python's
 ``str.splitlines`` would split there and shift every later line). A UTF-8 byte-order mark at the start of a file
 is dropped. Files ending in ``.gz`` are decompressed; ``-`` is stdin.
+
+Files are written through a temporary file beside the final name, fsynced, then renamed (:func:`atomic_write`;
+:class:`StagedWrites` for several files that are replaced together or not at all), so a crash, a signal or a full
+disk never leaves a half-written file under the final name; a failed write is a :class:`WriteError` that names
+the file and what to do.
 """
 
 from __future__ import annotations
 
+import errno
 import gzip
 import os
+import re
+import signal
 import sys
 import tempfile
 import zlib
@@ -18,7 +26,33 @@ from pathlib import Path
 
 
 class TextFileError(ValueError):
-    """A text file that cannot be read as UTF-8 lines; the message names the file, line and what to do."""
+    """A text file that cannot be read as UTF-8 lines (or a file that cannot be written: :class:`WriteError`); the
+    message names the file, line and what to do."""
+
+
+class WriteError(TextFileError, OSError):
+    """A file that could not be written: a full disk, a quota, a read-only file system, no permission. The message
+    names the file and what to do; ``errno``, ``strerror`` and ``filename`` are set as in an ``OSError``. It is an
+    ``OSError`` and a :class:`TextFileError`, so the entry points report it in one line."""
+
+    def __init__(self, message: str, path: str | Path, cause: OSError):
+        super().__init__(message)
+        self.errno, self.strerror, self.filename = cause.errno, cause.strerror, str(path)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+# what to do after a failed write, by the system's error number ({folder}: the folder of the file)
+WRITE_HINTS = {
+    errno.ENOSPC: "free some space on that disk (df -h {folder}) or write elsewhere",
+    errno.EDQUOT: "your disk quota is used up: free some space within it (quota -s) or write elsewhere",
+    errno.EROFS: "{folder} is on a read-only file system: write elsewhere",
+    errno.EACCES: "you have no permission to write in {folder}: write elsewhere or change its permissions",
+    errno.EPERM: "you have no permission to write in {folder}: write elsewhere or change its permissions",
+    errno.EFBIG: "the file is larger than that file system allows: write elsewhere",
+}
+TEMPORARY = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")  # .NAME.XXXXXXXX.tmp, tempfile.mkstemp's names of ours
 
 
 def read_lines(path: str | Path, key: str | None = None) -> list[str]:
@@ -136,34 +170,129 @@ def check_writable(path: str | Path, key: str, folder: bool = False) -> None:
                             "folder") from err
 
 
+def write_error(path: str | Path, err: OSError, outcome: str = "no file was replaced") -> WriteError:
+    """The :class:`WriteError` for ``err`` while writing ``path``: the file, the system's reason, what to do, and
+    ``outcome`` (what is on disk now)."""
+    hint = WRITE_HINTS.get(err.errno, "check that disk and folder").format(folder=Path(path).parent)
+    return WriteError(f"cannot write {path}: {err.strerror or err}: {hint}, then run the command again ({outcome})",
+                      path, err)
+
+
+def write_file(fd: int, payload: bytes, path: str | Path) -> None:
+    """Write all of ``payload`` to the open file ``fd``: the one place where the bytes of :func:`atomic_write` and
+    :class:`StagedWrites` reach a file (``path``, the final name they are for, lets a fault-injection test pick
+    a file's write)."""
+    view = memoryview(payload)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+class StagedWrites:
+    """Files written together or not at all (``with StagedWrites() as files: files.add(...); files.commit()``).
+
+    :meth:`add` writes each file to a temporary file beside its final name (``.NAME.XXXXXXXX.tmp``, fsynced);
+    :meth:`commit` renames them all into place, holding SIGINT and SIGTERM back meanwhile (they arrive right
+    after), so that no signal leaves some renamed and others not. Leaving the ``with`` block without the commit
+    (an error, a signal) removes the temporary files: no final name was touched. ``-`` (stdout) and what exists
+    but is not a regular file (``/dev/null``, ``/dev/stdout``, a named pipe) cannot be replaced: they are written
+    directly, at the commit, after the renames. A symbolic link is followed (its target is replaced).
+
+    Raises (from :meth:`add` and :meth:`commit`):
+        WriteError: naming the file that could not be written (a full disk, a quota, a read-only file system, no
+            permission) or renamed.
+    """
+
+    def __init__(self):
+        self.staged: list[tuple[str, Path, str]] = []  # (temporary file, final file, the name as given)
+        self.direct: list[tuple[str, str | bytes]] = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for tmp, _, _ in self.staged:
+            Path(tmp).unlink(missing_ok=True)
+        self.staged = []
+
+    def add(self, path: str | Path, data: str | bytes) -> None:
+        """Write ``data`` (text as UTF-8) to a temporary file for ``path`` (its folders are created)."""
+        if str(path) == "-" or (os.path.exists(path) and not os.path.isfile(path)):  # before realpath: /dev/stdout
+            self.direct.append((str(path), data))  # on a pipe resolves to a name that does not exist
+            return
+        payload = data.encode("utf-8") if isinstance(data, str) else data
+        target = Path(os.path.realpath(path))
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+            self.staged.append((tmp, target, str(path)))  # removed on leaving the block, whatever happens next
+            with os.fdopen(fd, "wb") as handle:
+                umask = os.umask(0)
+                os.umask(umask)
+                os.fchmod(handle.fileno(), 0o666 & ~umask)  # mkstemp creates 0600; give the mode open() would
+                write_file(handle.fileno(), payload, path)
+                os.fsync(handle.fileno())
+        except OSError as err:
+            raise write_error(path, err) from None
+
+    def commit(self) -> None:
+        """Rename every temporary file to its final name, then write the direct ones (stdout, devices, pipes)."""
+        held = hasattr(signal, "pthread_sigmask")
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM}) if held else None
+        try:
+            for done, (tmp, target, named) in enumerate(self.staged):
+                try:
+                    os.replace(tmp, target)
+                except OSError as err:
+                    raise write_error(named, err, f"{done} of the {len(self.staged)} files written together were "
+                                                  "replaced before it") from None
+            self.staged = []
+        finally:
+            if held:
+                signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for path, data in self.direct:
+            if path == "-":
+                sys.stdout.write(data if isinstance(data, str) else data.decode("utf-8"))
+                sys.stdout.flush()
+            else:
+                with open(path, "wb") as handle:
+                    handle.write(data.encode("utf-8") if isinstance(data, str) else data)
+
+
 def atomic_write(path: str | Path, data: str | bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same folder, fsync and rename, so that a
     reader (or a crash) never sees a half-written file. ``-`` writes text to stdout.
 
     A symbolic link is followed (the file it points to is replaced, the link stays); something that exists but
     is not a regular file (``/dev/null``, ``/dev/stdout``, a named pipe) is written to directly, never replaced.
+
+    Raises:
+        WriteError: naming the file, when it cannot be written (a full disk, a quota, a read-only file system,
+            no permission); what was under that name is left as it was, and no temporary file stays.
     """
-    if str(path) == "-":
-        sys.stdout.write(data if isinstance(data, str) else data.decode("utf-8"))
-        sys.stdout.flush()
-        return
-    payload = data.encode("utf-8") if isinstance(data, str) else data
-    if os.path.exists(path) and not os.path.isfile(path):  # before realpath: /dev/stdout on a pipe resolves to a
-        with open(path, "wb") as handle:                   # name that does not exist
-            handle.write(payload)
-        return
-    path = Path(os.path.realpath(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the mode open() would
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_together({path: data})
+
+
+def write_together(files: dict) -> None:
+    """Write every ``{path: data}`` of ``files`` or none (:class:`StagedWrites`): each to a temporary file first,
+    then all renamed into place, so a failure or a signal on any of them replaces none.
+
+    Raises:
+        WriteError: naming the file that could not be written; no file was replaced, no temporary file stays.
+    """
+    with StagedWrites() as staged:
+        for path, data in files.items():
+            staged.add(path, data)
+        staged.commit()
+
+
+def remove_stale_temporaries(folder: str | Path, recursive: bool = False) -> list[Path]:
+    """Remove the temporary files (``.NAME.XXXXXXXX.tmp``) that writes killed before their rename left in
+    ``folder`` (and its subfolders with ``recursive``); only while no other process writes there. Returns them."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    found = [p for p in (folder.rglob(".*.tmp") if recursive else folder.glob(".*.tmp"))
+             if TEMPORARY.match(p.name) and p.is_file()]
+    for path in found:
+        path.unlink(missing_ok=True)
+    return found

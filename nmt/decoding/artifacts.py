@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nmt.data.textio import atomic_write
+from nmt.data.textio import write_together
 from nmt.decoding.translation import Translation
 from nmt.decoding.word_alignment import pharaoh_line
 
@@ -48,15 +48,20 @@ def unescape_nbest(text: str) -> str:
 
 def save_results(prefix: str | Path, translations: list[Translation], scores: dict | None = None) -> None:
     """Write ``prefix.hyp``, ``.alignments.npz``, ``.alignments.jsonl``, ``.align`` and (with scores)
-    ``.scores.json``; every file is written atomically."""
+    ``.scores.json``, together: each to a temporary file first, then all renamed into place, so an error or a
+    signal leaves the files of an earlier evaluation as they were, never a mix.
+
+    Raises:
+        nmt.data.textio.WriteError: naming the file that could not be written (no file was replaced).
+    """
     prefix = str(prefix)
-    atomic_write(prefix + ".hyp", "".join(t.text + "\n" for t in translations))
-    save_alignments(prefix + ".alignments.npz", translations)
-    atomic_write(prefix + ".align", "".join(
-        (pharaoh_line(t.alignment, t.src_pieces, t.hyp_pieces) if t.hyp_pieces else "") + "\n"
-        for t in translations))
+    files = {prefix + ".hyp": "".join(t.text + "\n" for t in translations),
+             **alignment_files(prefix + ".alignments.npz", translations),
+             prefix + ".align": "".join((pharaoh_line(t.alignment, t.src_pieces, t.hyp_pieces) if t.hyp_pieces
+                                         else "") + "\n" for t in translations)}
     if scores is not None:
-        atomic_write(prefix + ".scores.json", json.dumps(scores, indent=2, ensure_ascii=False) + "\n")
+        files[prefix + ".scores.json"] = json.dumps(scores, indent=2, ensure_ascii=False) + "\n"
+    write_together(files)
 
 
 def check_npz_path(path: str | Path, key: str = "alignments") -> None:
@@ -70,8 +75,9 @@ def check_npz_path(path: str | Path, key: str = "alignments") -> None:
         raise ValueError(f"{key}={path} must end in .npz (its tokens go to the .jsonl beside it)")
 
 
-def save_alignments(npz_path: str | Path, translations: list[Translation]) -> None:
-    """The alignment matrices (``npz_path``) and their tokens (same path with ``.jsonl``), atomically.
+def alignment_files(npz_path: str | Path, translations: list[Translation]) -> dict[str, bytes | str]:
+    """The contents of the alignment matrices file ``npz_path`` and of its tokens file (same path with
+    ``.jsonl``), by path, to write (:func:`nmt.data.textio.write_together`).
 
     Raises:
         ValueError: when ``npz_path`` does not end in ``.npz`` (the tokens file is named after it, and
@@ -80,7 +86,17 @@ def save_alignments(npz_path: str | Path, translations: list[Translation]) -> No
     check_npz_path(npz_path)
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **{str(i): t.alignment for i, t in enumerate(translations)})
-    atomic_write(npz_path, buffer.getvalue())
     jsonl = "".join(json.dumps({"index": i, "source_tokens": t.src_pieces, "hypothesis_tokens": t.hyp_pieces},
                                ensure_ascii=False) + "\n" for i, t in enumerate(translations))
-    atomic_write(Path(npz_path).with_suffix(".jsonl"), jsonl)
+    return {str(npz_path): buffer.getvalue(), str(Path(npz_path).with_suffix(".jsonl")): jsonl}
+
+
+def save_alignments(npz_path: str | Path, translations: list[Translation]) -> None:
+    """The alignment matrices (``npz_path``) and their tokens (same path with ``.jsonl``), together
+    (:func:`alignment_files`).
+
+    Raises:
+        ValueError: when ``npz_path`` does not end in ``.npz``.
+        nmt.data.textio.WriteError: naming the file that could not be written (neither was replaced).
+    """
+    write_together(alignment_files(npz_path, translations))

@@ -86,6 +86,9 @@ def save(path: str | Path, model: Seq2Seq, cfg, src_tok: Tokenizer, tgt_tok: Tok
     ``weights``: the state dict stored as ``model`` (what loads for translation) instead of ``model.state_dict()``,
     e.g. the moving average of the weights (:mod:`nmt.training.ema`). Everything stored must be tensors or plain data;
     ``cfg`` is resolved to plain containers here.
+
+    Raises:
+        nmt.data.textio.WriteError: as :func:`write_payload`.
     """
     payload = {
         "model": model.state_dict() if weights is None else weights,
@@ -99,7 +102,12 @@ def save(path: str | Path, model: Seq2Seq, cfg, src_tok: Tokenizer, tgt_tok: Tok
 
 
 def write_payload(path: str | Path, payload: dict) -> None:
-    """``torch.save`` a checkpoint dict atomically (temporary file, fsync, rename): never half-written."""
+    """``torch.save`` a checkpoint dict atomically (temporary file, fsync, rename): never half-written.
+
+    Raises:
+        nmt.data.textio.WriteError: naming the file, when it cannot be written (a full disk, a quota, a read-only
+            file system, no permission); the checkpoint that was under that name is left intact.
+    """
     buffer = io.BytesIO()
     torch.save(payload, buffer)
     atomic_write(path, buffer.getvalue())
@@ -196,9 +204,11 @@ def load(path: str | Path, map_location: str | torch.device = "cpu"):
         ``(model, cfg, src_tok, tgt_tok, payload)``; the model is in eval mode on ``map_location``.
 
     Raises:
-        FileNotFoundError / CheckpointError (see :func:`load_payload`), also when the stored SentencePiece
-        models do not match the model's vocabulary sizes, when the stored architecture cannot be built, and when
-        its attention node names anything but an attention model (see :func:`check_attention_node`).
+        FileNotFoundError: no such file (see :func:`load_payload`).
+        CheckpointError: a file that is not a usable checkpoint (see :func:`load_payload`), also when the stored
+            SentencePiece models do not match the model's vocabulary sizes, when the stored architecture cannot
+            be built, and when its attention node names anything but an attention model (see
+            :func:`check_attention_node`).
     """
     payload = load_payload(path, map_location)
     if not isinstance(payload.get("config"), dict):

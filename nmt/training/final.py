@@ -10,6 +10,7 @@ from pathlib import Path
 
 from nmt.analysis.plot import plot_npz
 from nmt.data.corpus import Parallel
+from nmt.data.textio import write_error
 from nmt.decoding.artifacts import save_results
 from nmt.decoding.options import decoding_settings
 from nmt.decoding.scoring import greedy_bleu, score
@@ -48,7 +49,13 @@ def final_checkpoint(cfg, valid: Parallel, run_dir: Path, device, best_bleu: flo
 
 def final_evaluation(cfg, splits: dict[str, Parallel], run_dir: Path, device, best_bleu: float = -1.0) -> dict:
     """Decode valid and test with the final checkpoint (best or averaged), greedy and the configured decoder;
-    write eval/ and plots/."""
+    write eval/ (the files of each split and decoder together: an interruption leaves the earlier ones or the new
+    ones, never a mix) and plots/.
+
+    Raises:
+        nmt.data.textio.WriteError: naming a file of eval/, plots/ or ``averaged.pt`` that could not be written
+            (a full disk, ...); the same command then goes straight to the final evaluation again.
+    """
     path, results = final_checkpoint(cfg, splits["valid"], run_dir, device, best_bleu)
     results["final_checkpoint"] = path.name
     model, _, src_tok, tgt_tok, _ = checkpoint.load(path, device)
@@ -75,6 +82,9 @@ def final_evaluation(cfg, splits: dict[str, Parallel], run_dir: Path, device, be
             results.setdefault("bleu_signature", scores["bleu_signature"])
             log.info("%s %s: %s", split, name, scores["bleu_detail"])
     if cfg.eval.plots and "test" in splits:
-        plot_npz(run_dir / "eval" / "test.alignments.npz", range(min(cfg.eval.plots, len(splits["test"]))),
-                 run_dir / "plots")
+        try:
+            plot_npz(run_dir / "eval" / "test.alignments.npz", range(min(cfg.eval.plots, len(splits["test"]))),
+                     run_dir / "plots")
+        except OSError as err:  # a full disk: the file, not a traceback (eval/ is complete)
+            raise write_error(err.filename or run_dir / "plots", err, "eval/ was written") from None
     return results

@@ -27,7 +27,7 @@ from nmt.training.shards import UpdateBatches, share_validation
 from nmt.training.signals import stop_on_signals
 from nmt.training.state import Progress, rng_states, save_state
 from nmt.training.step import train_step
-from nmt.training.validation import patience_spent, validate
+from nmt.training.validation import forget_unsaved, patience_spent, validate
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +42,20 @@ def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid
     run skips the batches already seen and continues with the same order. ``epoch_pairs(epoch)`` gives the
     encoded training pairs of an epoch. With ``ema`` the average follows every update, and validation and
     checkpoints use it. ``forward`` is the module the updates run through (the DDP wrapper of ``model`` under
-    several ranks). Returns why it stopped."""
+    several ranks). Before it starts, what an earlier attempt in ``run_dir`` wrote after ``progress.step`` without
+    reaching its next ``last.pt`` is removed (:func:`nmt.training.validation.forget_unsaved`). Returns why it
+    stopped.
+
+    Raises:
+        FloatingPointError: training diverged (naming the step).
+        nmt.data.textio.WriteError: a checkpoint or ``metrics.jsonl`` that could not be written (a full disk),
+            naming it; the checkpoint that was there is intact and the same command resumes from it.
+    """
     run = _Run(cfg, model, optimizer, scheduler, valid_pairs, valid, toks, run_dir, device, progress, ema,
                dist or Distributed(), forward or model, precision)
     t = cfg.train
+    if run.dist.is_main:  # what an attempt killed after its last checkpoint wrote about later steps
+        forget_unsaved(run_dir, progress)
     if stop := stop_reason(t, progress, progress.train_seconds) or patience_spent(t, progress):  # resumed at the end
         if progress.validated_step != progress.step:  # stopped by a signal on its last step: validate it now
             stop = run.check(stop)
