@@ -85,9 +85,10 @@ class Attention(nn.Module):
         """
         raise NotImplementedError
 
-    def forward(self, query, keys, mask, prepared=None):
+    def forward(self, query, keys, mask, prepared=None, positions=None):
         """Context ``[B, Hk]`` and weights ``[B, S]`` (``[B, K, Hk]``, ``[B, K, S]`` for a ``[B, K, Hq]`` query) of
-        ``query`` against ``keys`` ``[B, S, Hk]`` under ``mask`` ``[B, S]``; see the class docstring (eqs. 7-8)."""
+        ``query`` against ``keys`` ``[B, S, Hk]`` under ``mask`` ``[B, S]``; see the class docstring (eqs. 7-8).
+        ``positions`` (the queries' target steps, for :mod:`nmt.models.positional`) is not used here."""
         if prepared is None:
             prepared = self.prepare(keys)
         weights = masked_softmax(self.score(query, prepared), mask)  # [B, S] or [B, K, S]
@@ -246,7 +247,7 @@ class LocalP(Attention):
             lengths = lengths.unsqueeze(1)  # [B, 1]
         return lengths * torch.sigmoid(self.v_p(torch.tanh(self.W_p(query)))).squeeze(-1)
 
-    def forward(self, query, keys, mask, prepared=None):
+    def forward(self, query, keys, mask, prepared=None, positions=None):
         """Context ``[B, Hk]`` and weights ``[B, S]`` (``[B, K, Hk]``, ``[B, K, S]`` for a ``[B, K, Hq]`` query):
         the softmax over the window times the Gaussian around p_t (eqs. 9-10). Unlike the base contract, a row
         sums to at most 1 (not renormalised, as in the paper); 0 outside the window and on padding."""

@@ -17,10 +17,12 @@ import torch
 
 from nmt.data.textio import atomic_write
 from nmt.data.tokenizer import Tokenizer
-from nmt.models import attention
+from nmt.models import attention, positional
 from nmt.models.build import build_model
 from nmt.models.seq2seq import Seq2Seq
 from nmt.settings import from_plain, to_plain
+
+ATTENTION_MODULES = (attention, positional)  # where a checkpoint's attention._target_ may point
 
 
 class CheckpointError(ValueError):
@@ -41,7 +43,8 @@ def check_attention_node(node, path: str | Path) -> None:
         raise CheckpointError(f"{path}: its config has no attention node (got {type(node).__name__})")
     target = node.get("_target_")
     module, _, name = str(target).rpartition(".")
-    cls = getattr(attention, name, None) if module == attention.__name__ else None
+    home = {m.__name__: m for m in ATTENTION_MODULES}.get(module)
+    cls = getattr(home, name, None) if home is not None else None
     if not (isinstance(cls, type) and issubclass(cls, attention.Attention) and cls is not attention.Attention):
         raise CheckpointError(f"{path}: refused: its config names attention._target_={target!r}, which is not an "
                               f"nmt.attention model; only load checkpoints written by nmt")

@@ -44,10 +44,11 @@ class DecoderState(NamedTuple):
 
     hidden: torch.Tensor
     input_feed: torch.Tensor
+    step: int = 0  # the target position t of the next output word (position-based attention reads it)
 
     def select(self, index: torch.Tensor) -> DecoderState:
         """Rows ``index`` ``[B']`` (beam search reorders hypotheses only through this)."""
-        return DecoderState(self.hidden.index_select(1, index), self.input_feed.index_select(0, index))
+        return DecoderState(self.hidden.index_select(1, index), self.input_feed.index_select(0, index), self.step)
 
 
 class Decoder(nn.Module):
@@ -181,8 +182,9 @@ class Decoder(nn.Module):
         """The first GRU layer's input weights for the fed part of its input (h̃_{t-1} or c_t): ``[3H, F]``."""
         return self.cells[0].weight_ih[:, self.emb_size:]
 
-    def _attend(self, query: torch.Tensor, memory: Memory) -> tuple[torch.Tensor, torch.Tensor]:
-        """Attention for query ``[N, H]`` over memory of M rows -> context ``[N, H]``, weights ``[N, S]``.
+    def _attend(self, query: torch.Tensor, memory: Memory, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Attention for query ``[N, H]`` at target position ``step`` over memory of M rows -> context ``[N, H]``,
+        weights ``[N, S]``.
 
         N = M (one query per sentence) or N = K·M: K consecutive query rows per memory row, the K hypotheses
         of a beam, which then share their sentence's keys instead of K copies of them.
@@ -192,12 +194,12 @@ class Decoder(nn.Module):
         """
         M = memory.keys.size(0)
         if query.size(0) == M:
-            return self.attention(query, memory.keys, memory.mask, memory.prepared)
+            return self.attention(query, memory.keys, memory.mask, memory.prepared, positions=step)
         if M == 0 or query.size(0) % M:
             raise ValueError(f"{query.size(0)} decoder rows cannot share a memory of {M} rows: "
                              "need a multiple (K hypotheses per sentence)")
         context, weights = self.attention(query.view(M, -1, query.size(-1)), memory.keys, memory.mask,
-                                          memory.prepared)  # [M, K, H], [M, K, S]
+                                          memory.prepared, positions=step)  # [M, K, H], [M, K, S]
         return context.flatten(0, 1), weights.flatten(0, 1)
 
     def _attend_all(self, queries: torch.Tensor, memory: Memory) -> tuple[torch.Tensor, torch.Tensor]:
@@ -208,9 +210,11 @@ class Decoder(nn.Module):
         B, T, _ = queries.shape
         A = max(memory.prepared.size(-1), memory.keys.size(-1))  # the widest per-(query, source) tensor
         step = T if torch.is_grad_enabled() else max(1, ATTEND_ELEMENTS // max(1, B * memory.keys.size(1) * A))
+        positions = torch.arange(T, device=queries.device).unsqueeze(0)  # [1, T]: target position t of each query
         if step >= T:
-            return self.attention(queries, memory.keys, memory.mask, memory.prepared)
-        parts = [self.attention(q, memory.keys, memory.mask, memory.prepared) for q in queries.split(step, dim=1)]
+            return self.attention(queries, memory.keys, memory.mask, memory.prepared, positions=positions)
+        parts = [self.attention(q, memory.keys, memory.mask, memory.prepared, positions=p)
+                 for q, p in zip(queries.split(step, dim=1), positions.split(step, dim=1))]
         return torch.cat([c for c, _ in parts], dim=1), torch.cat([w for _, w in parts], dim=1)
 
     def _recur(self, emb_gates: torch.Tensor, emb: torch.Tensor, state: DecoderState, memory: Memory,
@@ -219,12 +223,14 @@ class Decoder(nn.Module):
         (features, state, weights ``[B, S]``)."""
         if self.style == "luong":
             hidden = self._stack(emb_gates, state.input_feed, state.hidden, linears)  # [L, B, H]
-            context, weights = self._attend(hidden[-1], memory)
+            context, weights = self._attend(hidden[-1], memory, state.step)
             h_tilde = torch.tanh(linears("W_c", torch.cat([context, hidden[-1]], dim=1), self.combine.weight))  # [B, R]
-            return h_tilde, DecoderState(hidden, h_tilde if self.input_feeding else state.input_feed), weights
-        context, weights = self._attend(state.hidden[-1], memory)
+            feed = h_tilde if self.input_feeding else state.input_feed
+            return h_tilde, DecoderState(hidden, feed, state.step + 1), weights
+        context, weights = self._attend(state.hidden[-1], memory, state.step)
         hidden = self._stack(emb_gates, context, state.hidden, linears)  # [L, B, H]
-        return torch.cat([hidden[-1], context, emb], dim=-1), DecoderState(hidden, state.input_feed), weights
+        return torch.cat([hidden[-1], context, emb], dim=-1), DecoderState(hidden, state.input_feed, state.step + 1), \
+            weights
 
     def _readout(self, features: torch.Tensor) -> torch.Tensor:
         """Features ``[..., F]`` -> logits ``[..., V]``."""
