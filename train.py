@@ -1,7 +1,9 @@
 """Train, validate and evaluate an attention NMT model: ``python train.py [key=value ...]`` (Hydra)."""
 
+import copy
 import logging
 import os
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -14,12 +16,14 @@ from omegaconf import DictConfig
 from nmt.data.corpus import DataError
 from nmt.data.textio import TextFileError
 from nmt.models.checkpoint import CheckpointError
-from nmt.settings import TRAIN_PATHS, absolute_paths
+from nmt.settings import TRAIN_PATHS, SweepJobError, absolute_paths, override_keys, save_hydra_record
 from nmt.training.distributed import Distributed, DistributedError, init_distributed, reports_shared_errors
+from nmt.training.lock import RunFolderBusy, RunLock, lock_run_folder
+from nmt.training.resume import RunMismatch, check_run_folder
 from nmt.training.run import train
 
 EXIT_STATUS = {"SIGINT": 130, "SIGTERM": 143}  # 128 + signal number, as a shell reports a job stopped by it
-HYDRA_ONLY = {".hydra", "train.log"}  # what Hydra puts in a run folder before train() does anything
+HYDRA_ONLY = {".hydra", "train.log"}  # what Hydra and train.py put in a run folder before train() does anything
 
 
 def remove_unused_run_dir(run_dir: Path, named: bool) -> None:
@@ -60,36 +64,88 @@ def shared_run_dir(dist: Distributed, own: Path) -> Path:
     return chosen
 
 
+def claim_run_folder(run_dir: Path, dist: Distributed, cfg: DictConfig, composed: DictConfig,
+                     sweep: bool) -> RunLock | None:
+    """Before anything is written into the run folder: take its lock (rank 0 alone, under torchrun), check that
+    the run it may hold is this command's (:func:`nmt.training.resume.check_run_folder`; the command line's own
+    settings on a single run, all of them in a sweep job), then write the folder's ``.hydra/`` record
+    (``composed``: the config as Hydra composed it). Every rank gets rank 0's outcome, so none waits for a rank
+    0 that refused.
+
+    Raises:
+        RunFolderBusy: another process trains in the folder.
+        RunMismatch: the folder holds a run of other settings (or another run than ``train.resume``'s).
+        FileNotFoundError / CheckpointError: the folder's ``checkpoints/last.pt`` cannot be read.
+    """
+    lock, refusal = None, None
+    if dist.is_main:
+        hydra_cfg = HydraConfig.get()
+        try:
+            lock = lock_run_folder(run_dir, shlex.join(["python", *sys.argv]))
+            check_run_folder(cfg, run_dir, override_keys(hydra_cfg.overrides.task), sweep)
+            save_hydra_record(run_dir / ".hydra", composed, hydra_cfg)
+        except (RunFolderBusy, FileNotFoundError, CheckpointError, RunMismatch) as err:
+            if lock is not None:
+                lock.release()
+            refusal = err
+    refusal = dist.share(refusal, what="agreeing on the run folder's lock")
+    if refusal is not None:
+        raise refusal
+    return lock
+
+
+def report_sweep_job_error(message: str) -> None:
+    """A failed job of a sweep: say so at once (naming the job's folder), then raise it for Hydra, which
+    records it and runs the other jobs; the sweep exits with status 1 at its end.
+
+    Raises:
+        SweepJobError: always.
+    """
+    hydra_cfg = HydraConfig.get()
+    message = f"train.py: error in job #{hydra_cfg.job.num} of the sweep ({hydra_cfg.runtime.output_dir}): {message}"
+    print(message, file=sys.stderr, flush=True)
+    raise SweepJobError(message + " (the sweep ran its other jobs; each failed job printed its error when it failed)")
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float:
     """Run one training job in Hydra's output directory; returns the best validation BLEU (for sweeps).
 
-    A bad setting or file (missing corpus, unusable checkpoint, invalid value) or a diverged training (a nan
-    gradient) ends the run with one ``error:`` line and exit status 1 (and removes Hydra's files from the run
-    folder when nothing else is in it); a run stopped by SIGINT/SIGTERM (after saving ``last.pt``) exits with
-    130/143, so a script or scheduler can tell it from a finished one. ``HYDRA_FULL_ERROR=1`` shows the traceback
-    instead."""
+    A bad setting or file (missing corpus, unusable checkpoint, invalid value), a run folder in use by another
+    command or holding a run of other settings, or a diverged training (a nan gradient) ends the run with one
+    ``error:`` line and exit status 1 (and removes Hydra's files from the run folder when nothing else is in
+    it); in a sweep the job fails alone (:func:`report_sweep_job_error`). A run stopped by SIGINT/SIGTERM (after
+    saving ``last.pt``) exits with 130/143, so a script or scheduler can tell it from a finished one (in a sweep
+    this stops the sweep). ``HYDRA_FULL_ERROR=1`` shows the traceback instead."""
+    composed = copy.deepcopy(cfg)  # for .hydra/config.yaml: as composed, before the paths are made absolute
     absolute_paths(cfg, TRAIN_PATHS)
+    hydra_cfg = HydraConfig.get()
+    sweep = hydra_cfg.mode == RunMode.MULTIRUN  # a job's folder is Hydra's own subfolder of the sweep's
     dist = Distributed(int(os.environ.get("RANK") or 0), int(os.environ.get("WORLD_SIZE") or 1))  # until joined
+    lock = None
     try:
         dist, device = init_distributed(cfg.device, cfg.train.get("dist_timeout") or 1800)
-        run_dir = shared_run_dir(dist, Path(HydraConfig.get().runtime.output_dir))
-        metrics = train(cfg, run_dir, list(HydraConfig.get().overrides.task), dist, device)
+        run_dir = shared_run_dir(dist, Path(hydra_cfg.runtime.output_dir))
+        lock = claim_run_folder(run_dir, dist, cfg, composed, sweep)
+        metrics = train(cfg, run_dir, list(hydra_cfg.overrides.task), dist, device)
     except (FileNotFoundError, CheckpointError, DataError, TextFileError, ValueError, FloatingPointError,
-            DistributedError) as err:
+            DistributedError, RunFolderBusy) as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":  # the traceback, for debugging
             raise
-        hydra_cfg = HydraConfig.get()
-        sweep = hydra_cfg.mode == RunMode.MULTIRUN  # a job's folder is Hydra's own subfolder of the sweep's
-        named = not sweep and any(o.startswith("hydra.run.dir=") for o in hydra_cfg.overrides.hydra)
-        remove_unused_run_dir(Path(hydra_cfg.runtime.output_dir), named)  # every rank: its Hydra files may come last
+        if lock is not None:
+            lock.release()  # first: the lock file is no part of what this command leaves behind
+        if not isinstance(err, RunFolderBusy):  # that folder is another run's: leave everything in it alone
+            named = not sweep and any(o.startswith("hydra.run.dir=") for o in hydra_cfg.overrides.hydra)
+            remove_unused_run_dir(Path(hydra_cfg.runtime.output_dir), named)  # every rank: its files may come last
         rank = f" (rank {dist.rank} of {dist.world_size})" if dist.active else ""
-        if sweep:  # one failed job of a sweep: Hydra records it, the others go on
-            raise RuntimeError(f"train.py: error{rank}: {err}") from None
+        if sweep:
+            report_sweep_job_error(f"{err}{rank}")
         if not isinstance(err, DistributedError) and not reports_shared_errors(dist.rank):
             sys.exit(1)  # the same setting or file error as another rank's, which says it
         sys.exit(f"train.py: error{rank}: {err}")
     finally:
+        if lock is not None:
+            lock.release()
         dist.close()
     if metrics.get("interrupted"):
         sys.exit(EXIT_STATUS.get(metrics["stopped"].rsplit(" ", 1)[-1], 1))

@@ -1,8 +1,9 @@
 """Settings: the one module in ``nmt/`` that touches Hydra/OmegaConf (the entry scripts aside).
 
 Everything below the entry points and the training orchestration takes plain values or the config node it
-needs; this module turns configs into plain data and back, makes paths absolute, compares settings, and
-instantiates the ``_target_`` nodes (the attention factory) that the configs name.
+needs; this module turns configs into plain data and back, makes paths absolute, compares settings, writes a
+run's ``.hydra/`` record, reads which keys command-line overrides set, and instantiates the ``_target_`` nodes
+(the attention factory) that the configs name.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import re
 from pathlib import Path
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import CompactHydraException
 from hydra.utils import instantiate as hydra_instantiate
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
@@ -63,6 +65,30 @@ def differences(before, now, prefix: str) -> list[tuple[str, object, object]]:
         return [d for key in sorted(set(before) | set(now), key=str)
                 for d in differences(before.get(key), now.get(key), f"{prefix}.{key}")]
     return [] if before == now else [(prefix, before, now)]
+
+
+def save_hydra_record(folder: str | Path, cfg: DictConfig, hydra_cfg: DictConfig) -> None:
+    """Write what Hydra's own ``.hydra/`` folder holds into ``folder``: ``config.yaml`` (``cfg`` as composed,
+    interpolations left as written), ``hydra.yaml`` (``hydra_cfg``, Hydra's node) and ``overrides.yaml`` (the
+    command line's task overrides). ``conf/train.yaml`` sets ``hydra.output_subdir: null`` and train.py calls this
+    once it holds the run folder's lock and has checked the folder's run, so that a refused command never
+    overwrites the record of a run that is training, or finished, there."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write(folder / "config.yaml", OmegaConf.to_yaml(cfg))
+    atomic_write(folder / "hydra.yaml", OmegaConf.to_yaml(OmegaConf.create({"hydra": hydra_cfg})))
+    atomic_write(folder / "overrides.yaml", OmegaConf.to_yaml(hydra_cfg.overrides.task))
+
+
+class SweepJobError(CompactHydraException):
+    """One failed job of a sweep (``train.py -m``), raised so that Hydra records it as failed and runs the
+    other jobs; at the end of the sweep Hydra prints the first one's message alone, without a traceback."""
+
+
+def override_keys(overrides) -> list[str]:
+    """The dotted keys, or config groups (``attention``, ``+experiment``'s ``experiment``), that command-line
+    ``key=value`` overrides set; ``+``/``++``/``~`` prefixes dropped."""
+    return [o.key_or_group for o in _PARSER.parse_overrides(list(overrides))]
 
 
 def save_config(cfg: DictConfig, path: str | Path) -> None:

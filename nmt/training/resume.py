@@ -13,7 +13,7 @@ from pathlib import Path
 from nmt.analysis.curves import read_curve
 from nmt.data.textio import atomic_write
 from nmt.models import checkpoint
-from nmt.settings import adopt, differences
+from nmt.settings import adopt, differences, to_plain
 from nmt.training.schedule import SCHEDULE_KEYS
 
 log = logging.getLogger(__name__)
@@ -26,6 +26,11 @@ REPORTED_ELSEWHERE = ("resume", "ema_decay", "batch_tokens")  # train.* keys wit
 
 
 BUDGET_KEYS = ("max_steps", "max_minutes", "max_epochs")  # what a resume changes to extend a run: logged as info
+
+
+SAME_RUN = (*FROM_CHECKPOINT, "seed")  # what a resume keeps from the checkpoint, whatever the command line says
+SWEEP_SAME_RUN = (*SAME_RUN, "train", "decode")  # what a sweep job's run shares with the job (the budget aside)
+NOT_OF_THE_MODEL = (*BUDGET_KEYS, "resume", "dist_timeout", "log_every")  # train.* keys a sweep job may change
 
 
 def other_changes(ckpt_cfg, cfg, skip=()) -> list[tuple[str, object, object]]:
@@ -160,3 +165,84 @@ def bring_along(path, run_dir: Path, payload: dict) -> None:
                 and not target_metrics.exists():
             records = [r for r in read_curve(source_dir.parent).records if r["step"] <= payload["progress"]["step"]]
             atomic_write(target_metrics, "".join(json.dumps(r) + "\n" for r in records))
+
+
+class RunMismatch(ValueError):
+    """A run folder that holds a run of other settings than the command's (names the folder, the settings that
+    differ, and what to do)."""
+
+
+def check_run_folder(cfg, run_dir: Path, keys=(), sweep: bool = False) -> None:
+    """Refuse a command whose run folder already holds a run (``checkpoints/last.pt``) that it would resume
+    without meaning to, before anything is written there. Without ``train.resume``, the folder's run resumes
+    only when the settings the command sets are that run's: on a single run, the ``FROM_CHECKPOINT`` and
+    ``seed`` settings among ``keys`` (the command line's, :func:`nmt.settings.override_keys`; a preset, e.g.
+    ``+experiment=...``, counts as setting them all); in a sweep job (``sweep``), every model, data, seed,
+    ``train.*`` and ``decode.*`` setting but the budget, since a job folder is named by the job's number, score
+    model and decoder style alone. Settings a checkpoint lacks (older than the setting) are not compared. With
+    ``train.resume``, the checkpoint must be the folder's own run or the folder must hold none.
+
+    Raises:
+        RunMismatch: for a folder whose run differs, naming each differing setting, or that holds another run
+            than ``train.resume``'s.
+        FileNotFoundError / nmt.checkpoint.CheckpointError: for a ``last.pt`` that cannot be read.
+    """
+    last = Path(run_dir) / "checkpoints" / "last.pt"
+    if not last.is_file():
+        return
+    if cfg.train.get("resume"):
+        wanted = Path(cfg.train.resume)
+        wanted = wanted / "checkpoints" / "last.pt" if wanted.is_dir() else wanted
+        if wanted.resolve().parent != last.resolve().parent:
+            raise RunMismatch(
+                f"run folder {run_dir} already holds a run (checkpoints/last.pt), and train.resume={cfg.train.resume}"
+                " is another run's checkpoint: resuming it here would mix the two runs' checkpoints and scores. "
+                "Resume it in a new folder (hydra.run.dir=...), or leave train.resume out to resume this folder's run")
+        return
+    before, now = checkpoint.load_payload(last)["config"], to_plain(cfg)
+    if sweep:
+        names = [k for k in SWEEP_SAME_RUN if k != "train"] + [f"train.{k}" for k in now.get("train") or {}
+                                                                 if k not in NOT_OF_THE_MODEL]
+    else:
+        tops = {key.split(".")[0] for key in keys}
+        names = list(SAME_RUN) if tops - set(now) else [key for key in keys if key.split(".")[0] in SAME_RUN]
+    found = [m for name in dict.fromkeys(names) for m in _mismatches(_at(before, name), _at(now, name), name)]
+    if found:
+        raise RunMismatch(mismatch_message(run_dir, found, sweep))
+
+
+_ABSENT = object()
+
+
+def _at(config: dict, name: str):
+    """The value at the dotted ``name`` of a plain config (``_ABSENT`` when a key on the way is missing)."""
+    for key in name.split("."):
+        if not isinstance(config, dict) or key not in config:
+            return _ABSENT
+        config = config[key]
+    return config
+
+
+def _mismatches(before, now, name: str) -> list[tuple[str, object, object]]:
+    """``(dotted name, run's value, command's value)`` for the leaves present in both that differ."""
+    if before is _ABSENT or now is _ABSENT:
+        return []
+    if isinstance(before, dict) and isinstance(now, dict):
+        return [m for key in before if key in now for m in _mismatches(before[key], now[key], f"{name}.{key}")]
+    return [] if before == now else [(name, before, now)]
+
+
+def mismatch_message(run_dir: Path, found: list, sweep: bool) -> str:
+    """The refusal of :func:`check_run_folder`: the folder, what differs (six settings at most) and what to do."""
+    listed = "; ".join(f"{name}={_yaml(before)} in that run, {_yaml(now)} in this command"
+                       for name, before, now in found[:6])
+    listed += f"; and {len(found) - 6} more" if len(found) > 6 else ""
+    if sweep:
+        return (f"job folder {run_dir} already holds a run of other settings than this job's: {listed}. A sweep "
+                "never continues another sweep's runs: run this sweep in a new folder (hydra.sweep.dir=...), or "
+                "repeat the settings of the sweep that made it (only train.max_steps, max_epochs and max_minutes "
+                "may change, to extend its runs)")
+    return (f"run folder {run_dir} already holds a run of other settings than this command's: {listed}. This command "
+            "would resume that run and report its results, not train what it asks for. To train a new model, choose "
+            "another folder (hydra.run.dir=...); to continue that run, leave these settings out or give its own "
+            f"values (or resume it with train.resume={run_dir}, which keeps its model and data settings)")

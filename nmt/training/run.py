@@ -127,8 +127,12 @@ def data_parallel(model, dist: Distributed, device):
 def start_or_resume(cfg, run_dir: Path, device, overrides=(), write: bool = True):
     """The config, splits, model, tokenizers and checkpoint payload of the run: resumed from ``train.resume``
     (a checkpoint, or a run folder with ``checkpoints/last.pt``) or from ``run_dir/checkpoints/last.pt`` when it
-    exists (:func:`nmt.training.state.resume_from`; ``payload`` holds the optimizer, progress and RNG state), else a new
-    model with SentencePiece models trained on the training split (``payload`` None).
+    exists (:func:`nmt.training.resume.resume_from`; ``payload`` holds the optimizer, progress and RNG state), else a
+    new model with SentencePiece models trained on the training split (``payload`` None). It resumes whatever run
+    the folder holds: train.py has refused, before writing anything, a folder where another command trains
+    (:mod:`nmt.training.lock`) and one whose run has other settings than the command's
+    (:func:`nmt.training.resume.check_run_folder`); code that calls :func:`train` itself takes those steps if it
+    needs them.
 
     Returns:
         ``(cfg, splits, model, (src_tok, tgt_tok), payload)``; after a resume ``cfg`` holds the checkpoint's

@@ -128,3 +128,64 @@ def test_slurm_launcher_config_composes_over_the_plugins(repo_root):
         (240, 4, 1, 1)
     assert launcher.partition == "gpu" and launcher.max_num_timeout == 0
     assert launcher.setup == ["export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK"]
+
+
+QUICK = ["data.train_limit=300", "data.eval_limit=4", "tokenizer.vocab_size=400", "model.emb_size=16",
+         "model.hidden_size=32", "train.batch_tokens=150", "train.valid_every=2", "train.max_epochs=null",
+         "decode.beam_size=1", "eval.plots=0", "device=cpu", "threads=1", "train.keep_best=0"]
+
+
+def sweep(repo_root, *args, timeout=240):
+    """``train.py -m`` with the quick settings; the completed process (its output in ``.output``)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "train.py", "-m", *QUICK, *args], check=False, cwd=repo_root, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    proc.output = proc.stdout + proc.stderr
+    return proc
+
+
+def files(folder) -> dict:
+    """The contents of every file of a sweep folder's jobs, by path (Hydra's multirun.yaml aside)."""
+    return {p: p.read_bytes() for p in folder.rglob("*") if p.is_file() and p.name != "multirun.yaml"}
+
+
+@pytest.mark.parametrize("launcher", [[], ["hydra/launcher=parallel", "hydra.launcher.n_jobs=2"]],
+                         ids=["basic", "parallel"])
+def test_a_refused_job_fails_alone_and_every_failure_is_named(repo_root, tmp_path, launcher):
+    """Jobs #0 and #2 are refused (model.dropout must be below 1), #1 trains. Before, the sweep ended with the
+    first failure's traceback alone: job #2's error was never said. Now every job that can run runs, each failed
+    job is named with its folder and its error, and the sweep exits with status 1."""
+    if launcher:
+        pytest.importorskip("hydra_plugins.hydra_joblib_launcher",
+                            reason="hydra-joblib-launcher not installed (pip install -e '.[cluster]')")
+    folder = tmp_path / "sweep"
+    proc = sweep(repo_root, *launcher, "train.max_steps=2", "model.dropout=1.5,0.3,2.0", f"hydra.sweep.dir={folder}")
+    assert proc.returncode == 1, proc.output[-3000:]
+    for num, value in ((0, "1.5"), (2, "2.0")):
+        said = f"train.py: error in job #{num} of the sweep ({folder / f'{num}_additive_luong'}): " \
+               f"model.dropout={value} must be below 1"
+        assert said in proc.stderr, proc.output[-3000:]
+    assert (folder / "1_additive_luong" / "eval" / "test.scores.json").is_file()
+    assert "Traceback" not in proc.output
+
+
+def test_a_second_sweep_into_the_same_folder_never_mixes_runs(repo_root, tmp_path):
+    """Before, a second sweep of other settings (here train.lr) into a sweep folder trained nothing: each job
+    resumed the finished run in its folder and reported that model's BLEU under the new settings, rewriting its
+    .hydra/config.yaml. Now each such job is refused, naming its folder and the setting, and leaves the folder as
+    it was; the first sweep's own settings (with a larger budget) resume its runs."""
+    folder = tmp_path / "sweep"
+    first = sweep(repo_root, "train.max_steps=2", "attention=additive,dot", f"hydra.sweep.dir={folder}")
+    assert first.returncode == 0, first.output[-3000:]
+    kept = files(folder)
+    second = sweep(repo_root, "train.max_steps=2", "train.lr=0.01", "attention=additive,dot",
+                   f"hydra.sweep.dir={folder}")
+    assert second.returncode == 1, second.output[-3000:]
+    for job in sorted(JOBS):
+        said = f"train.py: error in job #{job[0]} of the sweep ({folder / job}): job folder {folder / job} already " \
+               "holds a run of other settings than this job's: train.lr=0.001 in that run, 0.01 in this command"
+        assert said in second.stderr, second.output[-3000:]
+    assert files(folder) == kept
+    third = sweep(repo_root, "train.max_steps=4", "attention=additive,dot", f"hydra.sweep.dir={folder}")
+    assert third.returncode == 0, third.output[-3000:]
+    assert third.output.count("resumed at step 2") == 2
