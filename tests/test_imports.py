@@ -23,6 +23,8 @@ ALLOWED = {
     "decoding": {"data", "models"},
     "analysis": {"data", "models", "decoding"},  # reads saved artifacts and models, never training
     "training": {"data", "settings", "models", "decoding", "analysis"},
+    # the comparison report reads runs as analysis does (and their settings); no stage and no command imports it
+    "report": {"data", "settings", "models", "decoding", "analysis"},
     **{command: {"analysis", "training"} for command in COMMANDS},
     "api": {"data", "models", "decoding", "analysis"},  # the Python API (nmt.Translator): loads and decodes
 }
@@ -41,6 +43,8 @@ LEAF_THIRD_PARTY = {
     "data/normalize": {"sacremoses"},
     "data/textio": set(),
     "data/tokenizer": {"numpy", "sentencepiece"},
+    "report/significance": {"sacrebleu"},
+    "report/analyses": {"sacrebleu"},
 }
 
 
@@ -88,7 +92,7 @@ def rel(path: Path) -> str:
 def test_every_unit_has_a_row():
     units = {unit(p) for p in FILES if p != PACKAGE / "__init__.py"}
     assert units == set(ALLOWED), "add the new subpackage or module to ALLOWED (and to design.md §3)"
-    assert set(SUBPACKAGES) == {"data", "models", "decoding", "analysis", "training"}
+    assert set(SUBPACKAGES) == {"data", "models", "decoding", "analysis", "training", "report"}
 
 
 @pytest.mark.parametrize("path", FILES, ids=rel)
@@ -111,6 +115,16 @@ def test_data_and_models_import_no_later_stage():
         if unit(path) in forbidden:
             used = {name.split(".")[1] for name in internal(path)}
             assert not used & forbidden[unit(path)], f"nmt/{rel(path)}.py imports {sorted(used & forbidden[unit(path)])}"
+
+
+def test_nothing_imports_the_report():
+    """nmt.report is the end of the line: it reads what the other stages wrote, and none of them (nor a command)
+    depends on it, so the page's libraries (jinja2, plotly) never load with training or translation."""
+    assert not any("report" in allowed for unit_name, allowed in ALLOWED.items() if unit_name != "report")
+    for path in FILES:
+        if unit(path) != "report":
+            used = {name.split(".")[1] for name in internal(path)}
+            assert "report" not in used, f"nmt/{rel(path)}.py imports nmt.report"
 
 
 def test_every_subpackage_says_what_it_holds():
