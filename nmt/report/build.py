@@ -4,6 +4,7 @@ page and the summary render it, :mod:`nmt.report.page`).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +33,7 @@ class ReportOptions:
         references: the test references, with ``sources``.
         disagreements: how many sentences of disagreement to list.
         sentence_metric: ``chrf`` or ``bleu``, the sentence score for finding them.
+        notes: lines shown first among the page's notes (a sweep's failed jobs, with their errors).
     """
 
     baseline: str | None = None
@@ -45,6 +47,7 @@ class ReportOptions:
     references: Path | None = None
     disagreements: int = 10
     sentence_metric: str = "chrf"
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -138,13 +141,17 @@ def build_report(folders: list[str | Path], options: ReportOptions | None = None
             never compared), unreadable run files, sentences out of range, an unusable gold set.
     """
     options = options or ReportOptions()
-    runs = read_runs(folders)
+    with warnings.catch_warnings(record=True) as left_out:  # runs left out: on the page too, not only on stderr
+        warnings.simplefilter("always")
+        runs = read_runs(folders)
+    for warning in left_out:
+        warnings.warn(warning.message, stacklevel=2)
     base = pick_baseline(runs, options.baseline)
     order = [base, *(i for i in range(len(runs)) if i != base)]
     cache: dict = {}
     sets = [read_test_set(runs[i], options.sources, options.references, cache) for i in order]
     check_comparable([runs[i] for i in order], sets)
-    notes: list[str] = []
+    notes: list[str] = [*options.notes, *(str(w.message).replace("left out", "Left out", 1) for w in left_out)]
     found = _analyses(runs, order, sets[0].sources, sets[0].references, options, notes)
     attention_rows, sentences = _attention(runs, options.sentences)
     gold = None

@@ -66,13 +66,17 @@ def run_sweep(repo_root, tmp_path, launcher_args, timeout=180):
            f"hydra.sweep.dir={sweep}", "+hydra.callbacks.probe._target_=sweep_probe.Probe"]
     proc = subprocess.run(cmd, check=False, cwd=repo_root, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    jobs = {p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    jobs = {p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name != "report"}
     assert jobs == JOBS, (jobs, proc.stderr[-2000:])
     for job in JOBS:
         scores = json.loads((sweep / job / "eval" / "test.scores.json").read_text())
         assert scores, job
     probes = {job: json.loads((sweep / job / "probe.json").read_text()) for job in JOBS}
     assert all(p["status"] == "COMPLETED" for p in probes.values()), probes
+    page = sweep / "report" / "index.html"  # the sweep ends with its report, and the last line says where
+    assert page.is_file() and proc.stdout.strip().splitlines()[-1] == f"nmt.report: the sweep's report: {page}"
+    summary = (sweep / "report" / "summary.md").read_text()
+    assert all(f"{job}" in summary for job in JOBS), summary[:2000]
     return proc, sweep, probes
 
 
@@ -145,8 +149,10 @@ def sweep(repo_root, *args, timeout=240):
 
 
 def files(folder) -> dict:
-    """The contents of every file of a sweep folder's jobs, by path (Hydra's multirun.yaml aside)."""
-    return {p: p.read_bytes() for p in folder.rglob("*") if p.is_file() and p.name != "multirun.yaml"}
+    """The contents of every file of a sweep folder's jobs, by path (Hydra's multirun.yaml and the sweep's report
+    aside)."""
+    return {p: p.read_bytes() for p in folder.rglob("*")
+            if p.is_file() and p.name != "multirun.yaml" and "report" not in p.relative_to(folder).parts[:1]}
 
 
 @pytest.mark.parametrize("launcher", [[], ["hydra/launcher=parallel", "hydra.launcher.n_jobs=2"]],
@@ -167,6 +173,12 @@ def test_a_refused_job_fails_alone_and_every_failure_is_named(repo_root, tmp_pat
         assert said in proc.stderr, proc.output[-3000:]
     assert (folder / "1_additive_luong" / "eval" / "test.scores.json").is_file()
     assert "Traceback" not in proc.output
+    summary = (folder / "report" / "summary.md").read_text()  # the sweep's report lists the failed jobs
+    for num, value in ((0, "1.5"), (2, "2.0")):
+        assert f"Job #{num} ({folder / f'{num}_additive_luong'}) failed: " in summary, summary[-2000:]
+        assert f"model.dropout={value} must be below 1" in summary
+    assert "nmt.report: the report of the sweep's finished jobs: " + str(folder / "report" / "index.html") \
+        in proc.stderr
 
 
 def test_a_second_sweep_into_the_same_folder_never_mixes_runs(repo_root, tmp_path):
