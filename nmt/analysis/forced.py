@@ -40,8 +40,12 @@ def force_align(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sources: list[str
 
     Args:
         model: a :class:`nmt.models.decoder.Seq2Seq` (already on ``device``).
-        src_tok, tgt_tok: its tokenizers; ``tgt_tok.encode`` gives the forced ids ``[T]`` ending in ``</s>``.
-        sources, targets: parallel lines (detokenized or pre-tokenized text).
+        src_tok: its source tokenizer.
+        tgt_tok: its target tokenizer; ``tgt_tok.encode`` gives the forced ids ``[T]`` ending in ``</s>``.
+        sources: source lines, parallel to ``targets`` (detokenized or pre-tokenized text).
+        targets: target lines, parallel to ``sources``.
+        batch_size: sentences per batch.
+        device: where ``model`` is.
     Returns:
         one :class:`nmt.decoding.translation.Translation` per line: ``text`` = the target line, ``src_pieces`` ``[S]`` and
         ``hyp_pieces`` ``[T]`` (both ending in ``</s>``), ``alignment`` ``[T, S]`` float32 (row t = attention

@@ -46,7 +46,11 @@ class Normalizer:
 
     Args:
         lang: ISO 639-1 code (``en``, ``de``, ``fr``, ...) for the Moses tokenizer's rules.
-        tokenize, split_hyphens, lowercase, french_decontract: the steps of the module docstring.
+        tokenize: Moses tokenization (sacremoses).
+        split_hyphens: split hyphenated words (``peut-être`` -> ``peut - être``).
+        lowercase: lowercase the line.
+        french_decontract: undo French elisions and contractions the Hansards way (``l'`` -> ``le``,
+            ``du`` -> ``de le``); ``fr`` only.
     Raises:
         ValueError: ``french_decontract`` for a language other than ``fr``.
     """

@@ -75,10 +75,16 @@ def greedy(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, max_len_a:
     """Greedy decoding: the argmax token at each step.
 
     Args:
-        src: ``[B, S]`` source ids; src_mask: ``[B, S]`` bool, True on real tokens.
+        model: the model (eval mode).
+        src: ``[B, S]`` source ids.
+        src_mask: ``[B, S]`` bool, True on real tokens.
+        max_len_a: the output length limit is ``max_len_a * source length + max_len_b``.
+        max_len_b: see ``max_len_a``.
         gate_table: ``model.decoder.input_gate_table()`` ``[V, 3H]``, built once for many batches (faster
             steps, same result), or None.
-        length_penalty_alpha, coverage_penalty_beta: enter only the reported score (one hypothesis per sentence).
+        length_penalty_alpha: the GNMT length penalty's alpha; enters only the reported score (one hypothesis
+            per sentence).
+        coverage_penalty_beta: the GNMT coverage penalty's beta; enters only the reported score, as alpha.
 
     Returns:
         one :class:`Hypothesis` per sentence, in batch order.
@@ -134,7 +140,13 @@ def beam(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, beam_size: i
     remaining steps compute only sentences that are still searching.
 
     Args:
-        src: ``[B, S]``; src_mask: ``[B, S]`` bool. beam_size: K >= 1. length_penalty_alpha: alpha >= 0.
+        model: the model (eval mode).
+        src: ``[B, S]`` source ids.
+        src_mask: ``[B, S]`` bool, True on real tokens.
+        beam_size: K >= 1.
+        length_penalty_alpha: alpha >= 0 of :func:`length_penalty`.
+        max_len_a: the output length limit is ``max_len_a * source length + max_len_b``, as for :func:`greedy`.
+        max_len_b: see ``max_len_a``.
         n_best: how many hypotheses to return per sentence (<= beam_size).
         gate_table: ``model.decoder.input_gate_table()`` ``[V, 3H]`` or None, as for :func:`greedy`.
         coverage_penalty_beta: beta >= 0 of :func:`coverage_penalty`, computed from each finished hypothesis'
