@@ -7,7 +7,10 @@ from __future__ import annotations
 import logging
 import math
 
+from nmt.decoding.options import check_decoding
 from nmt.training.ema import DECAY_MEANING
+from nmt.training.schedule import check_schedule
+from nmt.training.tensorboard import check_available
 
 log = logging.getLogger(__name__)
 
@@ -92,3 +95,17 @@ def check_numbers(cfg) -> None:
             raise ValueError(f"{key}={value} must be {kind} >= {low}{extra}")
         if key in BELOW_ONE and value >= 1:
             raise ValueError(f"{key}={value} must be below 1{HINTS.get(key, '')}")
+
+
+def check_settings(cfg) -> None:
+    """Every check of a training configuration that needs no corpus: the numbers (:func:`check_numbers`), the
+    learning-rate schedule (:func:`nmt.training.schedule.check_schedule`), the decoding settings
+    (:func:`nmt.decoding.options.check_decoding`) and, with ``train.tensorboard=true``, the tensorboard package.
+
+    Raises:
+        ValueError: naming the first setting that is refused.
+    """
+    check_numbers(cfg)
+    check_schedule(cfg.train)
+    check_decoding(cfg.decode.beam_size, 1, "decode.beam_size", cfg.decode)
+    check_available(bool(cfg.train.get("tensorboard")))

@@ -6,6 +6,7 @@ and write ``eval/`` (hypotheses, scores with signatures, alignments) and ``plots
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 from nmt.analysis.plot import plot_npz
@@ -17,6 +18,7 @@ from nmt.decoding.scoring import greedy_bleu, score
 from nmt.decoding.translation import translate
 from nmt.models import checkpoint
 from nmt.training.average import average_checkpoints, select_checkpoints
+from nmt.training.tensorboard import Board
 
 log = logging.getLogger(__name__)
 
@@ -66,14 +68,16 @@ def final_evaluation(cfg, splits: dict[str, Parallel], run_dir: Path, device, be
         if split not in splits:
             continue
         for name, beam_size in decoders.items():
+            began = time.perf_counter()
             hyps = translate(model, src_tok, tgt_tok, splits[split].src, cfg.decode, device, beam_size=beam_size)
+            speed = round(len(hyps) / max(time.perf_counter() - began, 1e-9), 1)  # sentences/s, this machine
             scores = score([h.text for h in hyps], splits[split].tgt, cfg.data.tgt_lang)
             if normalized:  # hypotheses and references are both in the training convention (data.normalize)
                 scores["references_normalized"] = normalized
             scores.update(**decoding_settings(cfg.decode, beam_size or cfg.decode.beam_size),
                           attention=cfg.attention._target_.rsplit(".", 1)[-1], decoder_style=cfg.decoder.style,
                           input_feeding=model.decoder.input_feeding, precision="fp32", checkpoint=str(path), split=split,
-                          decoder=name)
+                          decoder=name, sentences_per_sec=speed)
             main = name != "greedy" or len(decoders) == 1
             out = run_dir / "eval" / ("" if main else "greedy") / split
             save_results(out, hyps, scores)
@@ -87,4 +91,5 @@ def final_evaluation(cfg, splits: dict[str, Parallel], run_dir: Path, device, be
                      run_dir / "plots")
         except OSError as err:  # a full disk: the file, not a traceback (eval/ is complete)
             raise write_error(err.filename or run_dir / "plots", err, "eval/ was written") from None
+    Board(run_dir, bool(cfg.train.get("tensorboard"))).final(cfg, results)  # train.tensorboard: settings + scores
     return results

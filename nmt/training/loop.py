@@ -27,6 +27,7 @@ from nmt.training.shards import UpdateBatches, share_validation
 from nmt.training.signals import stop_on_signals
 from nmt.training.state import Progress, rng_states, save_state
 from nmt.training.step import train_step
+from nmt.training.tensorboard import Board
 from nmt.training.validation import forget_unsaved, patience_spent, validate
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid
             stop = run.check(stop)
         log.info("nothing left to train at step %d: %s", progress.step, stop)
         run.meter.bar.close()
+        run.board.close()
         return stop
     with stop_on_signals(abort_on_second=not run.dist.active) as flag:
         stop, received = None, None
@@ -68,6 +70,7 @@ def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid
             stop, received = run.epoch(epoch_pairs(progress.epoch), flag)
         received = received or run.agree(flag)  # a signal during the last validation (every rank asks)
         run.meter.bar.close()
+        run.board.close()
         if received:  # after a step, or during the last validation: no final evaluation
             return interrupted(cfg, model, optimizer, scheduler, toks, run_dir, progress, received,
                                time.monotonic() - run.start, overrides, ema, run.dist)
@@ -85,6 +88,7 @@ class _Run:
         self.progress, self.ema, self.dist, self.forward, self.precision = progress, ema, dist, forward, precision
         self.start = time.monotonic() - progress.train_seconds
         self.meter = Meter(self.t, progress, enabled=dist.is_main)
+        self.board = Board(run_dir, bool(self.t.get("tensorboard")) and dist.is_main)  # train.tensorboard
         self.updates = UpdateBatches(self.t.batch_tokens, self.t.get("accum_steps") or 1, dist)
         self.elapsed = progress.train_seconds  # the longest of the ranks' clocks at the last agreement
         self.recent = deque(maxlen=DIVERGENCE_WINDOW)  # (summed loss, target tokens) of this rank's last updates
@@ -102,7 +106,7 @@ class _Run:
             if self.dist.is_main:
                 stop = validate(self.cfg, self.model, self.optimizer, self.scheduler, self.valid_pairs, self.valid,
                                 self.toks, self.run_dir, self.device, progress,
-                                self.meter.record() if self.meter.steps else {}, self.ema, rngs) or stop
+                                self.meter.record() if self.meter.steps else {}, self.ema, rngs, self.board) or stop
             stop = share_validation(self.dist, progress, self.optimizer, self.scheduler, stop)
             self.meter.reset()  # validation time is not training time
         return stop
@@ -152,8 +156,9 @@ class _Run:
         if self.ema is not None:
             self.ema.update()
         progress.batch_in_epoch += self.updates.group
-        self.meter.update(loss, local, progress,
-                          (time.monotonic() - self.start) / 60, self.optimizer.param_groups[0]["lr"], tokens=ntok)
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.meter.update(loss, local, progress, (time.monotonic() - self.start) / 60, lr, tokens=ntok)
+        self.board.training(progress.step, loss / max(local, 1), lr, self.meter.rate())
 
     def epoch(self, pairs, flag) -> tuple[str | None, str | None]:
         """Train on the rest of the current epoch; returns ``(stop reason, signal name)``, both None when the

@@ -19,17 +19,16 @@ from nmt.data.batches import encode_pairs
 from nmt.data.corpus import Parallel, load_splits
 from nmt.data.store import cached_store
 from nmt.data.stream import TrainStream, corpus_settings, train_stream
-from nmt.decoding.options import check_decoding
 from nmt.models.build import build_model
 from nmt.models.device import pick_device, set_threads
 from nmt.models.precision import Precision, check_precision
 from nmt.settings import save_config
-from nmt.training.checks import check_numbers
+from nmt.training.checks import check_settings
 from nmt.training.distributed import Distributed
 from nmt.training.final import final_evaluation
 from nmt.training.loop import train_loop
 from nmt.training.resume import resume_from
-from nmt.training.schedule import check_schedule, make_optimizer
+from nmt.training.schedule import make_optimizer
 from nmt.training.state import Progress, moving_average, restore
 from nmt.training.subwords import prepare_tokenizers
 
@@ -53,7 +52,7 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = (), dist: Dis
         training stopped). After SIGINT/SIGTERM there is no final evaluation and ``interrupted`` is True.
 
     Raises (each with a message that names the setting or file; ``train.py`` prints it in one line):
-        ValueError: a setting out of range (``check_numbers``, ``check_schedule``, ``check_decoding``), or
+        ValueError: a setting out of range (:func:`nmt.training.checks.check_settings`), or
             SentencePiece models of an earlier attempt in ``run_dir`` trained with other settings.
         nmt.data.DataError: a corpus or ``data.extra_train`` entry that cannot be read as configured.
         nmt.checkpoint.CheckpointError: a checkpoint to resume from that is unreadable or of another model.
@@ -61,9 +60,7 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = (), dist: Dis
         FloatingPointError: training diverged (a nan or inf gradient, see :func:`train_step`); names the step.
     """
     run_dir, dist = Path(run_dir), dist or Distributed()
-    check_numbers(cfg)  # before the corpus and tokenizers: a bad setting fails at once
-    check_schedule(cfg.train)
-    check_decoding(cfg.decode.beam_size, 1, "decode.beam_size", cfg.decode)
+    check_settings(cfg)  # before the corpus and tokenizers: a bad setting fails at once
     torch.manual_seed(cfg.seed)
     set_threads(cfg.get("threads"))
     device = device or pick_device(cfg.device)

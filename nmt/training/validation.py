@@ -46,7 +46,7 @@ def validation_loss(model, pairs, batch_tokens: int, device) -> float:
 
 def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, toks, run_dir, device,
              progress: Progress, record: dict, ema: ExponentialMovingAverage | None = None,
-             rank_rngs: list | None = None) -> str | None:
+             rank_rngs: list | None = None, board=None) -> str | None:
     """Validation loss/perplexity and greedy BLEU; checkpoints; metrics.jsonl. Returns a stop reason or None.
 
     ``best.pt`` and the step checkpoint are written before ``last.pt``, so the best BLEU that ``last.pt``
@@ -68,6 +68,8 @@ def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, tok
               "valid_ppl": math.exp(min(valid_loss, 50)), "valid_bleu": bleu, "lr": optimizer.param_groups[0]["lr"],
               "elapsed_sec": round(progress.train_seconds, 1)}
     append_record(run_dir / "metrics.jsonl", record)
+    if board is not None:  # train.tensorboard: the same figures (nmt.training.tensorboard.Board)
+        board.validation(record)
     log.info("step %d: valid loss %.3f ppl %.2f BLEU %.2f (%.0f tok/s)", progress.step, valid_loss,
              record["valid_ppl"], bleu, record.get("tokens_per_sec", 0.0))
     improved = bleu > progress.best_bleu

@@ -1,0 +1,56 @@
+"""train.tensorboard=true: a real short run writes TensorBoard event files that hold its training loss, learning
+rate, tokens/s, every validation figure of metrics.jsonl, and its settings with the final scores."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nmt.training.run import train
+
+pytest.importorskip("tensorboard", reason="train.tensorboard needs the tensorboard package (the dev extra has it)")
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+TINY = ["data.train_limit=400", "data.eval_limit=5", "tokenizer.vocab_size=500", "model.emb_size=16",
+        "model.hidden_size=32", "train.batch_tokens=200", "train.max_steps=20", "train.valid_every=10",
+        "decode.beam_size=2", "eval.plots=0", "device=cpu", "train.keep_best=0"]
+
+
+def test_a_run_writes_training_and_validation_figures_and_its_final_scores(compose_cfg, tmp_path):
+    run = tmp_path / "run"
+    results = train(compose_cfg([*TINY, "train.tensorboard=true"]), run)
+    events = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0, "tensors": 0})
+    events.Reload()
+    scalars = events.Tags()["scalars"]
+    assert {"train/loss", "train/lr", "train/tokens_per_sec"} <= set(scalars)
+    assert [e.step for e in events.Scalars("train/loss")] == [10, 20]
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for name in ("bleu", "ppl", "loss"):
+        logged = events.Scalars(f"valid/{name}")
+        assert [e.step for e in logged] == [r["step"] for r in records]
+        assert [e.value for e in logged] == pytest.approx([r[f"valid_{name}"] for r in records], rel=1e-6)
+    hparams = EventAccumulator(str(run / "tensorboard"))
+    hparams.Reload()
+    final = [t for t in hparams.Tags()["scalars"] if t.startswith("final/")]
+    assert "final/test_beam2_bleu" in final
+    assert hparams.Scalars("final/test_beam2_bleu")[0].value == pytest.approx(results["test_beam2_bleu"])
+    assert any(name.endswith("hparams_plugin") or "hparams" in name for name in hparams.PluginTagToContent("hparams"))
+
+
+def test_off_by_default_and_refused_without_the_package(compose_cfg, tmp_path, monkeypatch):
+    import builtins
+
+    train(compose_cfg(TINY), tmp_path / "plain")
+    assert not (tmp_path / "plain" / "tensorboard").exists()
+    real_import = builtins.__import__
+
+    def no_tensorboard(name, *args, **kwargs):
+        if name.startswith(("torch.utils.tensorboard", "tensorboard")):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_tensorboard)
+    with pytest.raises(ValueError, match=r'train.tensorboard=true needs the tensorboard package: pip install "nmt\[tensorboard\]"'):
+        train(compose_cfg([*TINY, "train.tensorboard=true"]), tmp_path / "refused")
+    assert not (tmp_path / "refused").exists()
