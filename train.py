@@ -16,7 +16,14 @@ from omegaconf import DictConfig
 from nmt.data.corpus import DataError
 from nmt.data.textio import TextFileError
 from nmt.models.checkpoint import CheckpointError
-from nmt.settings import TRAIN_PATHS, SweepJobError, absolute_paths, override_keys, save_hydra_record
+from nmt.settings import (
+    TRAIN_PATHS,
+    SweepJobError,
+    absolute_paths,
+    check_added_keys,
+    override_keys,
+    save_hydra_record,
+)
 from nmt.training.distributed import Distributed, DistributedError, init_distributed, reports_shared_errors
 from nmt.training.lock import RunFolderBusy, RunLock, lock_run_folder
 from nmt.training.resume import RunMismatch, check_run_folder
@@ -124,6 +131,7 @@ def main(cfg: DictConfig) -> float:
     dist = Distributed(int(os.environ.get("RANK") or 0), int(os.environ.get("WORLD_SIZE") or 1))  # until joined
     lock = None
     try:
+        check_added_keys(cfg, list(hydra_cfg.overrides.task), hydra_cfg.runtime.choices.keys())  # +key: unread
         dist, device = init_distributed(cfg.device, cfg.train.get("dist_timeout") or 1800)
         run_dir = shared_run_dir(dist, Path(hydra_cfg.runtime.output_dir))
         lock = claim_run_folder(run_dir, dist, cfg, composed, sweep)

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.analysis.plot import plot_npz
@@ -22,7 +23,7 @@ from nmt.decoding.translation import at_length_limit, translate_nbest
 from nmt.models import checkpoint
 from nmt.models.device import pick_device, set_threads
 from nmt.models.precision import Precision, check_precision
-from nmt.settings import TRANSLATE_PATHS, absolute_paths
+from nmt.settings import TRANSLATE_PATHS, absolute_paths, check_added_keys
 
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
 log = logging.getLogger("translate")
@@ -75,6 +76,8 @@ def main(cfg: DictConfig) -> None:
                  "python translate.py checkpoint=PATH input=FILE output=FILE (see conf/translate.yaml)")
     stage = {"now": "starting", "written": False}
     try:
+        hydra_cfg = HydraConfig.get()
+        check_added_keys(cfg, list(hydra_cfg.overrides.task), hydra_cfg.runtime.choices.keys())
         with signals_interrupt():
             run(cfg, stage)
     except Interrupted as stop:

@@ -9,6 +9,7 @@ run's ``.hydra/`` record, reads which keys command-line overrides set, and insta
 from __future__ import annotations
 
 import copy
+import difflib
 import re
 from pathlib import Path
 
@@ -138,3 +139,39 @@ def override(key: str, value: str | Path) -> str:
         return f"{key}={text}"
     escaped = re.sub(r"(\\*)('|$)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), text)
     return f"{key}='{escaped}'"
+
+
+def _leaf_keys(node, prefix: str = "") -> list[str]:
+    """Dotted keys of every setting (leaf) of a config node."""
+    keys = []
+    for key, value in node.items_ex(resolve=False) if isinstance(node, DictConfig) else ():
+        name = f"{prefix}{key}"
+        keys += _leaf_keys(value, f"{name}.") if isinstance(value, DictConfig) else [name]
+    return keys
+
+
+def check_added_keys(cfg: DictConfig, overrides: list[str], groups) -> None:
+    """Refuse a ``+key=value`` override that adds a setting: no configuration has it, so nothing reads it, and the
+    run would go on with the value silently ignored (Hydra suggests ``+`` for a mistyped key). Config groups
+    (``+experiment=...``) and ``hydra.*`` keys are left alone.
+
+    Args:
+        cfg: the composed config (with the added keys).
+        overrides: the command line's overrides (``HydraConfig.get().overrides.task``).
+        groups: the names of the config groups (``HydraConfig.get().runtime.choices``).
+    Raises:
+        ValueError: naming the override and the closest existing setting.
+    """
+    added = [o for o in OverridesParser.create().parse_overrides(list(overrides))
+             if o.is_add() and not o.key_or_group.startswith("hydra") and o.key_or_group not in set(groups)]
+    if not added:
+        return
+    known = [k for k in _leaf_keys(cfg) if k not in {o.key_or_group for o in added}]
+    first = added[0]
+    close = difflib.get_close_matches(first.key_or_group, known, n=3, cutoff=0.5)
+    names = difflib.get_close_matches(first.key_or_group.rsplit(".", 1)[-1], [k.rsplit(".", 1)[-1] for k in known],
+                                      n=3, cutoff=0.6)  # the name alone: decoder.layers -> model.decoder_layers
+    close = list(dict.fromkeys([*(k for k in known if k.rsplit(".", 1)[-1] in names), *close]))[:3]
+    hint = f"; did you mean {' or '.join(close)}?" if close else "; the settings are in conf/ (python train.py --cfg job)"
+    raise ValueError(f"+{first.key_or_group}={first.value()} adds a setting that nothing reads: give an existing "
+                     f"setting without '+'{hint}")
