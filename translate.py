@@ -17,6 +17,7 @@ from nmt.analysis.plot import plot_npz
 from nmt.data.normalize import Normalizer
 from nmt.data.textio import TextFileError, check_writable, read_lines, write_error, write_together
 from nmt.decoding.artifacts import alignment_files, check_npz_path, nbest_lines
+from nmt.decoding.ensemble import load_ensemble
 from nmt.decoding.options import check_decoding, decoding_settings
 from nmt.decoding.scoring import score
 from nmt.decoding.translation import at_length_limit, translate_nbest
@@ -114,8 +115,7 @@ def run(cfg: DictConfig, stage: dict | None = None) -> None:
         raise ValueError(f"{cfg.reference} has {len(references)} lines but {cfg.input} has {len(sentences)}: "
                          "reference= needs one reference line per input line")
     loading = time.perf_counter()
-    path = checkpoint.run_model(cfg.checkpoint)  # a run folder: the model its final evaluation scored
-    model, model_cfg, src_tok, tgt_tok, _ = checkpoint.load(path, device)
+    model, model_cfg, src_tok, tgt_tok, path = load_models(cfg, device)
     loading = time.perf_counter() - loading
     # a model trained on normalized text (data.normalize, e.g. the alignment presets) sees its input the same way
     sentences = Normalizer.from_config(model_cfg.data.get("normalize"), model_cfg.data.src_lang).lines(sentences)
@@ -144,6 +144,25 @@ def run(cfg: DictConfig, stage: dict | None = None) -> None:
     if references is not None:
         stage["now"] = "scoring"
         print_scores(cfg, model_cfg, results, references, settings, path)
+
+
+def load_models(cfg: DictConfig, device):
+    """The model of ``checkpoint=`` (a file, or a run folder: the model its final evaluation scored), or for a
+    list ``checkpoint=[A,B,...]`` their ensemble (:mod:`nmt.decoding.ensemble`, combined as ``ensemble=``).
+
+    Returns:
+        ``(model, its config, src_tok, tgt_tok, what was loaded)`` (a path, or the paths joined by commas).
+    Raises:
+        FileNotFoundError, nmt.checkpoint.CheckpointError: an unusable checkpoint, or ensemble members of other
+            subwords or another direction (named).
+    """
+    if isinstance(cfg.checkpoint, str):
+        path = checkpoint.run_model(cfg.checkpoint)
+        model, model_cfg, src_tok, tgt_tok, _ = checkpoint.load(path, device)
+        return model, model_cfg, src_tok, tgt_tok, path
+    paths = [checkpoint.run_model(p) for p in cfg.checkpoint]
+    model, model_cfg, src_tok, tgt_tok = load_ensemble(paths, device, cfg.ensemble)
+    return model, model_cfg, src_tok, tgt_tok, ",".join(map(str, paths))
 
 
 def print_scores(cfg: DictConfig, model_cfg, results: list, references: list[str], settings: dict, path) -> None:

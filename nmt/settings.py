@@ -30,12 +30,15 @@ TRANSLATE_PATHS = ("checkpoint", "input", "output", "alignments", "reference", "
 
 def absolute_paths(cfg: DictConfig, keys: tuple[str, ...]) -> None:
     """Make the relative paths at the dotted ``keys`` absolute, against the directory the command was run from
-    (Hydra's original working directory), so they stay right whatever ``hydra.job.chdir`` is. A list
-    (``data.extra_train``) has the files of its entries made absolute. ``-`` (stdin or stdout), null and absent
-    keys are left alone."""
+    (Hydra's original working directory), so they stay right whatever ``hydra.job.chdir`` is. A list has its
+    paths (``checkpoint=[A,B]``) or the files of its entries (``data.extra_train``) made absolute. ``-`` (stdin or
+    stdout), null and absent keys are left alone."""
     for key in keys:
         value = OmegaConf.select(cfg, key)
         if isinstance(value, ListConfig):  # data.extra_train: entries {paths: {LANG: FILE}} or {tsv: FILE}
+            for i, entry in enumerate(value):  # checkpoint=[A,B]: a list of paths
+                if isinstance(entry, str) and entry != "-":
+                    value[i] = to_absolute_path(entry)
             for entry in (e for e in value if isinstance(e, DictConfig)):  # a malformed one: read_extra says so
                 if entry.get("tsv"):
                     entry.tsv = to_absolute_path(str(entry.tsv))

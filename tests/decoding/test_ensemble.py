@@ -69,3 +69,26 @@ def test_members_of_other_subwords_or_another_direction_are_refused(runs, tmp_pa
         load_ensemble([best, tmp_path / "reversed.pt"])
     with pytest.raises(ValueError, match="'mean' is not one of prob, loglinear"):
         load_ensemble([best], combine="mean")
+
+
+def test_translate_py_takes_a_list_of_checkpoints_as_an_ensemble(runs, repo_root, tmp_path):
+    import subprocess
+    import sys
+
+    root, _, sentences = runs
+    steps = sorted((root / "a" / "checkpoints").glob("step_*.pt"))
+    source = tmp_path / "in.de"
+    source.write_text("\n".join(sentences[:8]) + "\n", encoding="utf-8")
+    out = tmp_path / "out.en"
+    proc = subprocess.run([sys.executable, "translate.py", f"checkpoint=[{steps[0]},{steps[1]}]", "ensemble=loglinear",
+                           f"input={source}", f"output={out}", "beam_size=2", "threads=1"], cwd=repo_root,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 8
+    assert f"{steps[0]},{steps[1]}" in proc.stderr  # the success line names both members
+    other = root / "other_subwords" / "checkpoints" / "best.pt"
+    refused = subprocess.run([sys.executable, "translate.py", f"checkpoint=[{steps[0]},{other}]", f"input={source}",
+                              f"output={tmp_path / 'no.en'}"], cwd=repo_root, capture_output=True, text=True,
+                             timeout=300, check=False)
+    assert refused.returncode == 1 and "subword models differ" in refused.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "no.en").exists()
