@@ -64,6 +64,7 @@ def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, tok
         valid_loss = validation_loss(model, valid_pairs, cfg.train.batch_tokens, device)
         bleu = greedy_bleu(model, *toks, valid.src, valid.tgt, cfg.decode, device, cfg.data.tgt_lang)
     model.train()
+    progress.train_seconds += time.monotonic() - began  # the budget counts validation: one clock for every figure
     record = {"step": progress.step, "epoch": progress.epoch, **record, "valid_loss": valid_loss,
               "valid_ppl": math.exp(min(valid_loss, 50)), "valid_bleu": bleu, "lr": optimizer.param_groups[0]["lr"],
               "elapsed_sec": round(progress.train_seconds, 1)}
@@ -80,7 +81,6 @@ def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, tok
     if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
         scheduler.step(bleu)
     progress.validated_step = progress.step
-    progress.train_seconds += time.monotonic() - began
     if improved:
         save_state(run_dir / "checkpoints" / "best.pt", cfg, model, optimizer, scheduler, toks, progress, ema,
                    rank_rngs)

@@ -26,6 +26,8 @@ def test_a_run_writes_training_and_validation_figures_and_its_final_scores(compo
     assert {"train/loss", "train/lr", "train/tokens_per_sec"} <= set(scalars)
     assert [e.step for e in events.Scalars("train/loss")] == [10, 20]
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    # one training time: the last validation's record includes that validation, as the run's own figure does
+    assert records[-1]["elapsed_sec"] == pytest.approx(results["train_minutes"] * 60, abs=0.06)
     for name in ("bleu", "ppl", "loss"):
         logged = events.Scalars(f"valid/{name}")
         assert [e.step for e in logged] == [r["step"] for r in records]
