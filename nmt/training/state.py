@@ -45,13 +45,15 @@ def save_state(path: Path, cfg, model, optimizer, scheduler, toks, progress: Pro
 
     With ``ema`` (``train.ema_decay``) the checkpoint's ``model`` is the average of the weights, the one validated
     and translated, ``train_weights`` the raw weights that training continues from, and ``ema_updates`` how many
-    updates the average has followed (:func:`resume_from` puts them back)."""
+    updates the average has followed (:func:`resume_from` puts them back). ``optimizer=None`` leaves the optimizer
+    state out (``train.best_optimizer=false``: about a third of the size; a resume from it starts Adam afresh)."""
     rng = {"torch": torch.get_rng_state()}
     if rank_rngs is not None:
         rng["ranks"] = rank_rngs
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         rng["cuda"] = torch.cuda.get_rng_state_all()
-    state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict() if scheduler else None,
+    state = {"optimizer": optimizer.state_dict() if optimizer is not None else None,
+             "scheduler": scheduler.state_dict() if scheduler else None,
              "progress": asdict(progress), "rng": rng}
     if ema is not None:
         state.update(weights=ema.averaged_state(model), train_weights=model.state_dict(), ema_updates=ema.updates)
@@ -82,7 +84,11 @@ def restore(payload: dict, optimizer, scheduler, t, dist=None) -> Progress:
     takes this run's ``lr_factor``, ``lr_patience`` and ``min_lr``; a new ``train.lr`` (or a new schedule) sets
     the rate to it (the budget schedule sets the rate at every step anyway).
     """
-    optimizer.load_state_dict(payload["optimizer"])
+    if payload.get("optimizer") is not None:
+        optimizer.load_state_dict(payload["optimizer"])
+    else:  # a best.pt written with train.best_optimizer=false
+        log.warning("the checkpoint holds no optimizer state (train.best_optimizer=false): Adam's moment estimates "
+                    "start afresh from here")
     saved = (payload.get("config") or {}).get("train") or {}
     same_schedule = saved.get("lr_scheduler") == t.lr_scheduler
     if scheduler is not None and payload.get("scheduler") and same_schedule:

@@ -81,8 +81,9 @@ def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, tok
     if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
         scheduler.step(bleu)
     progress.validated_step = progress.step
-    if improved:
-        save_state(run_dir / "checkpoints" / "best.pt", cfg, model, optimizer, scheduler, toks, progress, ema,
+    if improved:  # train.best_optimizer=false: weights only (resuming uses last.pt)
+        save_state(run_dir / "checkpoints" / "best.pt", cfg, model,
+                   optimizer if cfg.train.get("best_optimizer", True) else None, scheduler, toks, progress, ema,
                    rank_rngs)
     if cfg.train.get("keep_best"):
         keep_step_checkpoint(cfg, model, toks, run_dir, progress, ema)

@@ -1,5 +1,6 @@
-"""train.tensorboard=true: a real short run writes TensorBoard event files that hold its training loss, learning
-rate, tokens/s, every validation figure of metrics.jsonl, and its settings with the final scores."""
+"""What a run writes besides its model: TensorBoard event files (train.tensorboard=true) with the training loss,
+learning rate, tokens/s, every validation figure and the final scores; one training time in metrics.jsonl and
+the final figures; and a weights-only best.pt (train.best_optimizer=false)."""
 
 from __future__ import annotations
 
@@ -56,3 +57,20 @@ def test_off_by_default_and_refused_without_the_package(compose_cfg, tmp_path, m
     with pytest.raises(ValueError, match=r'train.tensorboard=true needs the tensorboard package: pip install "nmt\[tensorboard\]"'):
         train(compose_cfg([*TINY, "train.tensorboard=true"]), tmp_path / "refused")
     assert not (tmp_path / "refused").exists()
+
+
+def test_best_without_the_optimizer_state_is_smaller_and_still_resumes(compose_cfg, tmp_path):
+    """train.best_optimizer=false: a way to keep less on disk (best.pt and last.pt were 73 MB each at the preset's
+    size, two thirds of it Adam's moment estimates); the weights-only best.pt loads and resumes."""
+    import torch
+
+    from nmt.models import checkpoint
+
+    run = tmp_path / "slim"
+    train(compose_cfg([*TINY, "train.best_optimizer=false"]), run)
+    best, last = run / "checkpoints" / "best.pt", run / "checkpoints" / "last.pt"
+    assert torch.load(best, weights_only=True)["optimizer"] is None
+    weights = sum(p.numel() * p.element_size() for p in checkpoint.load(best)[0].parameters())  # tied: once
+    assert last.stat().st_size - best.stat().st_size > 1.9 * weights  # Adam's two moments: twice the weights
+    resumed = train(compose_cfg([*TINY, "train.max_steps=25", f"train.resume={best}"]), tmp_path / "again")
+    assert resumed["steps"] == 25
