@@ -1,0 +1,33 @@
+"""The installed commands (pyproject.toml [project.scripts]): every one is registered, and each runs from another
+folder than the repository, with its usage on --help (or on missing arguments)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import shutil
+import subprocess
+
+import pytest
+
+COMMANDS = {"nmt-aer": "--gold", "nmt-align": "checkpoint=", "nmt-average": "--best", "nmt-curves": "--labels",
+            "nmt-plot": "--index", "nmt-report": "--baseline"}
+
+
+def test_every_command_is_registered_and_loads():
+    scripts = {ep.name: ep for ep in importlib.metadata.entry_points(group="console_scripts")
+               if ep.name.startswith("nmt-")}
+    assert set(scripts) == set(COMMANDS), "pip install -e . registers the commands of pyproject.toml"
+    for ep in scripts.values():
+        assert callable(ep.load())
+
+
+@pytest.mark.parametrize("command, usage", sorted(COMMANDS.items()))
+def test_a_command_runs_from_another_folder(command, usage, tmp_path):
+    path = shutil.which(command)
+    if path is None:
+        pytest.skip(f"{command} is not on PATH (pip install -e . puts it there)")
+    proc = subprocess.run([path, "--help"] if usage.startswith("--") else [path], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert usage in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert proc.returncode == (0 if usage.startswith("--") else 2)
+    assert "Traceback" not in proc.stderr
