@@ -6,6 +6,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -185,8 +186,12 @@ def draw_plots(cfg: DictConfig, results: list) -> None:
         nmt.data.textio.WriteError: naming the picture that could not be written (the outputs are in place).
     """
     try:
-        plot_npz(cfg.alignments, [i for i in range(min(cfg.plot_first, len(results))) if results[i].text],
-                 cfg.plots)
+        with warnings.catch_warnings(record=True) as caught:  # one log line each, not Python's two
+            warnings.simplefilter("always")
+            plot_npz(cfg.alignments, [i for i in range(min(cfg.plot_first, len(results))) if results[i].text],
+                     cfg.plots)
+        for warning in caught:
+            log.warning("%s", warning.message)
     except OSError as err:
         raise write_error(err.filename or cfg.plots, err, f"{', '.join(f'{k}={cfg[k]}' for k in OUTPUTS if cfg[k])} "
                           "were written") from None

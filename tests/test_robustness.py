@@ -286,7 +286,7 @@ def test_a_run_folder_means_the_model_its_final_evaluation_scored(tmp_path):
     with pytest.raises(CheckpointError, match=r"run is a run folder without a finished model \(no .*best\.pt\)$"):
         run_model(run)
     (run / "checkpoints" / "last.pt").write_bytes(b"x")
-    with pytest.raises(CheckpointError, match=r"without a finished model .*; its training state is .*last\.pt$"):
+    with pytest.raises(CheckpointError, match=r"without a finished model .*; its training state .*last\.pt translates too: give checkpoint=.*last\.pt$"):
         run_model(run)
     for name in ("best.pt", "averaged.pt"):
         (run / "checkpoints" / name).write_bytes(b"x")

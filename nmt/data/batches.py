@@ -39,7 +39,8 @@ def encode_pairs(split: Parallel, src_tok, tgt_tok, max_len: int | None = None, 
     if len(pairs) < len(src) and not quiet:
         log.info("%s: dropped %d pairs longer than max_len=%s subwords", split.name, len(src) - len(pairs), max_len)
     if not pairs:
-        raise DataError(f"{split.name}: no usable sentence pairs left (all empty or longer than max_len={max_len})")
+        raise DataError(f"{split.name}: no usable sentence pairs left (all empty or longer than max_len={max_len} "
+                        "subwords): put one sentence per line, or raise data.max_len")
     return pairs
 
 

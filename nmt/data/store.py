@@ -203,7 +203,8 @@ def _finish(folder: Path, state: dict, name: str, max_len: int | None) -> None:
     if state["dropped_long"]:
         log.info("%s: dropped %d pairs longer than max_len=%s subwords", name, state["dropped_long"], max_len)
     if not state["pairs"]:
-        raise DataError(f"{name}: no usable sentence pairs left (all empty or longer than max_len={max_len})")
+        raise DataError(f"{name}: no usable sentence pairs left (all empty or longer than max_len={max_len} "
+                        "subwords): put one sentence per line, or raise data.max_len")
     for (f, dtype), items in zip(FILES.items(), _items(state).values()):
         with open(folder / f"{f}.npy", "r+b") as handle:
             handle.write(_header(dtype, items))

@@ -196,7 +196,8 @@ def run_model(path: str | Path) -> Path:
             return chosen  # (a best.pt newer than the record: the run was resumed and has not finished again)
     if (folder / "best.pt").is_file():
         return folder / "best.pt"
-    last = f"; its training state is {folder / 'last.pt'}" if (folder / "last.pt").is_file() else ""
+    last = (f"; its training state {folder / 'last.pt'} translates too: give checkpoint={folder / 'last.pt'}"
+            if (folder / "last.pt").is_file() else "")
     raise CheckpointError(f"{path} is a run folder without a finished model (no {folder / 'best.pt'}){last}")
 
 

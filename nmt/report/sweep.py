@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 import sys
 import warnings
 from contextlib import contextmanager
@@ -27,6 +28,7 @@ except ImportError:  # not on Windows: jobs ending together may then each write 
 
 REPORT_FOLDER = "report"
 FAILED = "failed_jobs.jsonl"
+COMMAND = "command.txt"
 
 
 @contextmanager
@@ -53,6 +55,14 @@ def _failed_notes(folder: Path) -> list[str]:
     return [f"Job #{r['job']} ({r['folder']}) failed: {r['error']}" for r in records]
 
 
+def _command(folder: Path) -> str | None:
+    """The sweep's command, as ``on_multirun_start`` recorded it (None: unknown)."""
+    try:
+        return (folder / COMMAND).read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
+
+
 def write_sweep_report(sweep_dir: str | Path, final: bool) -> Path | None:
     """Write the report of the finished runs under ``sweep_dir`` to ``sweep_dir/report/`` and print where it is.
 
@@ -70,7 +80,7 @@ def write_sweep_report(sweep_dir: str | Path, final: bool) -> Path | None:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # the page lists the runs left out
-                page = write_report([sweep_dir], folder, ReportOptions(notes=_failed_notes(folder)))
+                page = write_report([sweep_dir], folder, ReportOptions(notes=_failed_notes(folder)), _command(folder))
         except (ReportError, OSError, ValueError) as err:
             print(f"nmt.report: no report of the sweep {sweep_dir}: {err}", file=sys.stderr, flush=True)
             return None
@@ -98,8 +108,13 @@ class SweepReport:
         """Nothing to do when Hydra composes the config."""
 
     def on_multirun_start(self, config, **kwargs) -> None:
-        """A new sweep: forget the failures a previous sweep into this folder recorded."""
-        (Path(config.hydra.sweep.dir) / REPORT_FOLDER / FAILED).unlink(missing_ok=True)
+        """A new sweep: forget the failures a previous sweep into this folder recorded, and keep the sweep's
+        command for the page (the jobs' processes do not know it)."""
+        folder = Path(config.hydra.sweep.dir) / REPORT_FOLDER
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / FAILED).unlink(missing_ok=True)
+        command = shlex.join(["python", Path(sys.argv[0]).name, "-m", *config.hydra.overrides.task])
+        (folder / COMMAND).write_text(command + "\n", encoding="utf-8")
 
     def on_job_end(self, config, job_return, **kwargs) -> None:
         """After a job of a sweep: record it when it failed, then write the report of the finished jobs."""

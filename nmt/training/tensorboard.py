@@ -69,13 +69,15 @@ class Board:
         self.writer.add_scalar("train/tokens_per_sec", tokens_per_sec, step)
 
     def validation(self, record: dict) -> None:
-        """Every number of a validation record (``metrics.jsonl``), as ``valid/<name>`` at its step."""
+        """The validation figures of a ``metrics.jsonl`` record (``valid_bleu`` -> ``valid/bleu``, ...) and the
+        training time (``time/minutes``) at its step; the training figures come every ``TRAIN_EVERY`` steps."""
         if self.writer is None:
             return
         for name, value in record.items():
-            if name not in ("step", "epoch") and isinstance(value, numbers.Number):
-                group = "valid" if name.startswith("valid_") else "train"
-                self.writer.add_scalar(f"{group}/{name.removeprefix('valid_')}", value, record["step"])
+            if name.startswith("valid_") and isinstance(value, numbers.Number):
+                self.writer.add_scalar(f"valid/{name.removeprefix('valid_')}", value, record["step"])
+        if isinstance(record.get("elapsed_sec"), numbers.Number):  # the training time so far, validation included
+            self.writer.add_scalar("time/minutes", record["elapsed_sec"] / 60, record["step"])
         self.writer.flush()
 
     def final(self, cfg, results: dict) -> None:

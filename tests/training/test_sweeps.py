@@ -77,6 +77,7 @@ def run_sweep(repo_root, tmp_path, launcher_args, timeout=180):
     assert page.is_file() and proc.stdout.strip().splitlines()[-1] == f"nmt.report: the sweep's report: {page}"
     summary = (sweep / "report" / "summary.md").read_text()
     assert all(f"{job}" in summary for job in JOBS), summary[:2000]
+    assert "python train.py -m " in summary and "attention=additive,dot" in summary  # the sweep's own command
     return proc, sweep, probes
 
 
