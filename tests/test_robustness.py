@@ -399,7 +399,7 @@ def test_an_unreadable_input_or_unwritable_output_is_named(tmp_path):
 
 def test_an_output_where_no_file_can_be_created_is_refused_even_for_root(monkeypatch):
     """/sys refuses new files even to root, whom os.access lets pass: the check must try, not trust the
-    permission bits (a newcomer's translate.py run with output=/sys/x.en failed only after decoding, before
+    permission bits (a translate.py run with output=/sys/x.en used to fail only after decoding, before
     this). os.access is made to say yes here, as it does for root, so the test holds for any user."""
     from nmt.data.textio import TextFileError, check_writable
 

@@ -1,5 +1,5 @@
 """nmt.aer: AER by hand, every gold format / index base / side order, the three real gold sets against
-themselves, sentence-count mismatches and the out-of-range link of the German-English set (issue 6)."""
+themselves, sentence-count mismatches and the out-of-range link of the German-English set (its SOURCE.md)."""
 
 from __future__ import annotations
 
