@@ -182,8 +182,8 @@ class _Run:
 
 def finished(stop: str, progress: Progress, scheduler, optimizer) -> str:
     """Log why training stopped (and a budget schedule left unfinished); returns ``stop``."""
-    log.info("training stopped after %d steps (%d epochs, %.1f min): %s", progress.step, progress.epoch,
-             progress.train_seconds / 60, stop)
+    log.info("training stopped after %d steps (%d full epoch%s, %.1f min): %s", progress.step, progress.epoch,
+             "" if progress.epoch == 1 else "s", progress.train_seconds / 60, stop)
     used = scheduler.used(progress.step, progress.train_seconds) if isinstance(scheduler, BudgetDecay) else 1.0
     if used < 1.0:
         log.warning("training stopped (%s) after %.0f%% of the learning-rate budget, at rate %.3g instead of "
