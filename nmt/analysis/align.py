@@ -37,13 +37,13 @@ from nmt.analysis.symmetrize import COMBINATIONS, SYMMETRIZATIONS, symmetrize
 from nmt.data.textio import atomic_write, read_lines
 from nmt.decoding.artifacts import check_npz_path, save_alignments
 from nmt.decoding.word_alignment import METHODS, to_pharaoh
-from nmt.models.device import pick_device
+from nmt.models.device import pick_device, set_threads
 
 USAGE = ("usage: python -m nmt.align checkpoint=PATH src=FILE tgt=FILE out=FILE.align [matrices=FILE.npz] "
          "[method=argmax_target|argmax_source|threshold] [threshold=0.3] [shift=0] [temperature=1.0] "
          "[lowercase=auto|true|false] [reverse_checkpoint=PATH method=grow-diag-final-and|intersection|union|"
          "grow-diag|grow-diag-final direction_method=argmax_target | reverse_checkpoint=PATH combine=product|mean] "
-         "[batch_size=64] [device=auto]")
+         "[batch_size=64] [device=auto] [threads=N]")
 
 
 REQUIRED = ("checkpoint", "src", "tgt", "out")
@@ -51,7 +51,7 @@ REQUIRED = ("checkpoint", "src", "tgt", "out")
 
 DEFAULTS = {"matrices": None, "method": None, "threshold": "0.3", "shift": "0", "temperature": "1.0",
             "lowercase": "auto", "reverse_checkpoint": None, "combine": None,
-            "direction_method": "argmax_target", "batch_size": "64", "device": "auto"}
+            "direction_method": "argmax_target", "batch_size": "64", "device": "auto", "threads": None}
 
 
 KEYS = REQUIRED + tuple(DEFAULTS)
@@ -79,8 +79,12 @@ def parse_args(argv: Sequence[str]) -> dict:
         opts["temperature"] = float(opts["temperature"])
         opts["shift"] = int(opts["shift"])
         opts["batch_size"] = int(opts["batch_size"])
+        opts["threads"] = None if opts["threads"] in (None, "null") else int(opts["threads"])
     except ValueError as err:
-        raise UsageError(f"threshold and temperature must be numbers, shift and batch_size integers: {err}") from None
+        raise UsageError(f"threshold and temperature must be numbers, shift, batch_size and threads integers: "
+                         f"{err}") from None
+    if opts["threads"] is not None and opts["threads"] < 1:
+        raise UsageError(f"threads={opts['threads']} must be a whole number of CPU threads >= 1 (or null: all cores)")
     if opts["shift"] < 0 or opts["batch_size"] < 1 or opts["temperature"] <= 0:
         raise UsageError(f"need shift >= 0, batch_size >= 1 and temperature > 0, got shift={opts['shift']}, "
                          f"batch_size={opts['batch_size']}, temperature={opts['temperature']}")
@@ -146,6 +150,7 @@ def run(opts: dict) -> tuple[list[str], list[str]]:
             translate the other way, or an unusable ``device``; FileNotFoundError, nmt.checkpoint.CheckpointError
             and nmt.data.textio.TextFileError name the file that is missing or unusable.
     """
+    set_threads(opts.get("threads"))
     device = pick_device(opts["device"])
     sources, targets = read_lines(opts["src"]), read_lines(opts["tgt"])
     if len(sources) != len(targets):

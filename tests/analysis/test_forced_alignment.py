@@ -192,7 +192,11 @@ def test_parse_args_defaults_and_errors():
     assert opts["method"] == "argmax_target" and opts["shift"] == 0 and opts["threshold"] == 0.3
     opts = parse_args(["checkpoint=c", "src=s", "tgt=t", "out=o", "reverse_checkpoint=r"])
     assert opts["method"] == "grow-diag-final-and" and opts["direction_method"] == "argmax_target"
+    assert opts["threads"] is None  # threads= as train.py and translate.py take it
+    assert parse_args(["checkpoint=c", "src=s", "tgt=t", "out=o", "threads=1"])["threads"] == 1
     for bad, message in [(["out"], "not key=value"), (["shift=x"], "integers"), (["shift=-1"], "shift >= 0"),
+                         (["threads=0"], "threads=0 must be a whole number of CPU threads >= 1"),
+                         (["threads=two"], "threads integers"),
                          (["method=best"], "argmax_target, argmax_source, threshold"),
                          (["reverse_checkpoint=r", "method=threshold"], "intersection, union"),
                          (["matrices=m.txt"], ".npz"), (["out=o2"], "twice"),
