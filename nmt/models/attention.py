@@ -198,6 +198,20 @@ class Additive(Attention):
 SCORES = {"dot": Dot, "general": General, "additive": Additive}
 
 
+def window_score(name: str, query_size: int, key_size: int, window: int, score: str, scaled: bool) -> Attention:
+    """The score model a local attention (``name``: local_p, local_m) wraps, after checking its window.
+
+    Raises:
+        ValueError: for ``window < 1``, an unknown score name, or ``score="dot"`` with ``query_size != key_size``.
+    """
+    if window < 1:
+        raise ValueError(f"{name} window D must be >= 1 source position, got {window}")
+    if score not in SCORES:
+        raise ValueError(f"{name} score must be one of {sorted(SCORES)}, got {score!r}")
+    options = {"scaled": scaled} if score in ("dot", "general") else {}
+    return SCORES[score](query_size, key_size, **options)
+
+
 class LocalP(Attention):
     """Predictive local attention, local-p (Luong et al. 2015, §3.2, eqs. 9-10).
 
@@ -224,14 +238,9 @@ class LocalP(Attention):
     def __init__(self, query_size: int, key_size: int, window: int = 10, score: str = "general",
                  scaled: bool = False):
         super().__init__(query_size, key_size)
-        if window < 1:
-            raise ValueError(f"local_p window D must be >= 1 source position, got {window}")
-        if score not in SCORES:
-            raise ValueError(f"local_p score must be one of {sorted(SCORES)}, got {score!r}")
+        self.inner = window_score("local_p", query_size, key_size, window, score, scaled)
         self.window = float(window)
         self.sigma = self.window / 2.0
-        options = {"scaled": scaled} if score in ("dot", "general") else {}
-        self.inner = SCORES[score](query_size, key_size, **options)
         self.W_p = nn.Linear(query_size, query_size, bias=False)
         self.v_p = nn.Linear(query_size, 1, bias=False)
 

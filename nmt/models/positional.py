@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from nmt.models.attention import SCORES, Attention, context_vectors, masked_softmax
+from nmt.models.attention import Attention, context_vectors, masked_softmax, window_score
 
 
 def _positions(positions, query: torch.Tensor, name: str) -> torch.Tensor:
@@ -40,13 +40,8 @@ class LocalM(Attention):
     def __init__(self, query_size: int, key_size: int, window: int = 10, score: str = "general",
                  scaled: bool = False):
         super().__init__(query_size, key_size)
-        if window < 1:
-            raise ValueError(f"local_m window D must be >= 1 source position, got {window}")
-        if score not in SCORES:
-            raise ValueError(f"local_m score must be one of {sorted(SCORES)}, got {score!r}")
+        self.inner = window_score("local_m", query_size, key_size, window, score, scaled)
         self.window = float(window)
-        options = {"scaled": scaled} if score in ("dot", "general") else {}
-        self.inner = SCORES[score](query_size, key_size, **options)
 
     def prepare(self, keys):
         """The wrapped score's key projection: keys ``[B, S, Hk]`` -> ``[B, S, *]``, once per batch."""
