@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import difflib
 import re
+import sys
 from pathlib import Path
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -20,6 +21,29 @@ from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from nmt.data.textio import atomic_write
+
+
+def config_dir() -> str:
+    """The folder of the Hydra configs (``train.yaml``, ``translate.yaml`` and their groups), as an absolute path
+    for ``hydra.main``: ``nmt/conf`` inside an installed package (the wheel ships the repository's ``conf/``
+    there), or the repository's ``conf/`` beside ``nmt/`` (a checkout, an editable install).
+
+    Raises:
+        FileNotFoundError: neither holds ``train.yaml`` (an installation without its configs).
+    """
+    package = Path(__file__).resolve().parent
+    for folder in (package / "conf", package.parent / "conf"):
+        if (folder / "train.yaml").is_file():
+            return str(folder)
+    raise FileNotFoundError(f"no Hydra configs (train.yaml) in {package / 'conf'} or {package.parent / 'conf'}: "
+                            "reinstall nmt (pip install nmt, or pip install -e . in a checkout)")
+
+
+def command_name(script: str, installed: str) -> str:
+    """The name a command goes by in its messages: ``installed`` (``nmt-train``) when the console script is what
+    ran, else ``script`` (``train.py``)."""
+    return installed if Path(sys.argv[0]).name == installed else script
+
 
 TRAIN_PATHS = ("data.dir", "data.file", "data.train_src", "data.train_tgt", "data.valid_src", "data.valid_tgt",
                "data.test_src", "data.test_tgt", "data.extra_train", "train.resume")

@@ -11,12 +11,13 @@ import pytest
 
 COMMANDS = {"nmt-aer": "--gold", "nmt-align": "checkpoint=", "nmt-average": "--best", "nmt-curves": "--labels",
             "nmt-plot": "--index", "nmt-report": "--baseline"}
+HYDRA_APPS = {"nmt-train": "max_minutes:", "nmt-translate": "checkpoint:"}  # --help lists every setting as key: value
 
 
 def test_every_command_is_registered_and_loads():
     scripts = {ep.name: ep for ep in importlib.metadata.entry_points(group="console_scripts")
                if ep.name.startswith("nmt-")}
-    assert set(scripts) == set(COMMANDS), "pip install -e . registers the commands of pyproject.toml"
+    assert set(scripts) == set(COMMANDS) | set(HYDRA_APPS), "pip install -e . registers the commands of pyproject.toml"
     for ep in scripts.values():
         assert callable(ep.load())
 
@@ -31,3 +32,13 @@ def test_a_command_runs_from_another_folder(command, usage, tmp_path):
     assert usage in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     assert proc.returncode == (0 if usage.startswith("--") else 2)
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("command, setting", sorted(HYDRA_APPS.items()))
+def test_the_hydra_apps_list_their_settings_from_another_folder(command, setting, tmp_path):
+    path = shutil.which(command)
+    if path is None:
+        pytest.skip(f"{command} is not on PATH (pip install -e . puts it there)")
+    proc = subprocess.run([path, "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"{command} (also python " in proc.stdout and setting in proc.stdout and "attention: additive" in proc.stdout

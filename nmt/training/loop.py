@@ -18,7 +18,7 @@ from pathlib import Path
 
 from nmt.data.corpus import Parallel
 from nmt.models.precision import FP32, Precision
-from nmt.settings import override
+from nmt.settings import command_name, override
 from nmt.training.distributed import Distributed
 from nmt.training.ema import ExponentialMovingAverage
 from nmt.training.meter import Meter
@@ -208,9 +208,11 @@ def interrupted(cfg, model, optimizer, scheduler, toks, run_dir: Path, progress:
     dist.barrier("waiting for the other ranks after saving last.pt")
     last = (run_dir / "checkpoints" / "last.pt").resolve()
     keep = [o for o in overrides if not o.startswith(("hydra.run.dir=", "train.resume="))]
-    launcher = f"torchrun --nproc_per_node {dist.world_size}" if dist.active else "python"
+    installed = command_name("train.py", "nmt-train") == "nmt-train"  # the same command as the one that ran
+    launcher = (f"torchrun --nproc_per_node {dist.world_size} {'-m nmt.train' if installed else 'train.py'}"
+                if dist.active else "nmt-train" if installed else "python train.py")
     command = shlex.join([*keep, override("train.resume", last), override("hydra.run.dir", run_dir.resolve())])
-    log.warning("%s: stopped at step %d and saved %s. Resume with:\n  %s train.py %s", name, progress.step, last,
+    log.warning("%s: stopped at step %d and saved %s. Resume with:\n  %s %s", name, progress.step, last,
                 launcher, command)
     return f"interrupted by {name}"
 

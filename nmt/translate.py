@@ -1,0 +1,237 @@
+"""Translate a text file with a trained checkpoint: ``nmt-translate checkpoint=PATH input=FILE output=FILE``
+(Hydra), also run as ``python translate.py`` in a checkout or ``python -m nmt.translate``."""
+
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from nmt.analysis.plot import plot_npz
+from nmt.data.normalize import Normalizer
+from nmt.data.textio import TextFileError, check_writable, read_lines, write_error, write_together
+from nmt.decoding.artifacts import alignment_files, check_npz_path, nbest_lines
+from nmt.decoding.ensemble import load_ensemble
+from nmt.decoding.options import check_decoding, decoding_settings
+from nmt.decoding.scoring import score
+from nmt.decoding.translation import at_length_limit, translate_nbest
+from nmt.models import checkpoint
+from nmt.models.device import pick_device, set_threads
+from nmt.models.precision import Precision, check_precision
+from nmt.settings import TRANSLATE_PATHS, absolute_paths, check_added_keys, command_name, config_dir
+
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
+log = logging.getLogger("translate")
+
+
+PROG = command_name("translate.py", "nmt-translate")  # the name in its messages
+EXIT_STATUS = {"SIGINT": 130, "SIGTERM": 143}  # 128 + signal number, as a shell reports a job stopped by it
+OUTPUTS = ("output", "nbest", "alignments")  # written together, or none of them
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM during translation; ``name`` is the signal's (``SIGINT``)."""
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.name = name
+
+
+@contextmanager
+def signals_interrupt():
+    """While active, SIGINT and SIGTERM raise :class:`Interrupted` where the program is, so that the temporary
+    files of the outputs are removed on the way out; further signals are ignored until it ends (the clean-up
+    takes no time). Outside the main thread, signals are left alone."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, _frame):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: None)
+        raise Interrupted(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+@hydra.main(version_base="1.3", config_path=config_dir(), config_name="translate")
+def main(cfg: DictConfig) -> None:
+    """Load the checkpoint, translate every input line (one output line each), save what was asked.
+
+    A missing or unreadable checkpoint or input file, an output that cannot be written (a full disk: no output
+    is replaced), or a reference with another line count, ends the run with one ``error:`` line naming the file
+    (exit status 1) instead of a traceback; so does a required key left out. SIGINT (Ctrl-C) or SIGTERM end it
+    with one line saying what was interrupted and what was written, and exit status 130 / 143."""
+    if missing := sorted(OmegaConf.missing_keys(cfg)):
+        sys.exit(f"{PROG}: error: missing {', '.join(k + '=...' for k in missing)}; usage: "
+                 f"{'python translate.py' if PROG == 'translate.py' else PROG} checkpoint=PATH input=FILE output=FILE "
+                 "(--help lists the settings)")
+    stage = {"now": "starting", "written": False}
+    try:
+        hydra_cfg = HydraConfig.get()
+        check_added_keys(cfg, list(hydra_cfg.overrides.task), hydra_cfg.runtime.choices.keys())
+        with signals_interrupt():
+            run(cfg, stage)
+    except Interrupted as stop:
+        names = ", ".join(f"{key}={cfg[key]}" for key in OUTPUTS if cfg[key])
+        done = f"{names} had been written" if stage["written"] else f"nothing was written to {names}"
+        print(f"{PROG}: interrupted by {stop.name} while {stage['now']}: {done}", file=sys.stderr)
+        sys.exit(EXIT_STATUS[stop.name])
+    except (OSError, checkpoint.CheckpointError, TextFileError, ValueError) as err:  # OSError: not found, no access
+        sys.exit(f"{PROG}: error: {err}")
+
+
+def run(cfg: DictConfig, stage: dict | None = None) -> None:
+    """The translation itself (see :func:`main`). ``stage["now"]`` says what it is doing (``translating``,
+    ``writing``, ...) and ``stage["written"]`` whether the outputs are in place, for the line of an interruption.
+
+    Raises:
+        FileNotFoundError, nmt.checkpoint.CheckpointError, nmt.textio.TextFileError: a missing or unusable
+            checkpoint, input or reference file (the message names it).
+        ValueError: a reference with another line count than the input, a decoding or output setting that
+            :func:`check_outputs` refuses, or an unusable ``device=`` or ``threads=``; all found before anything
+            is translated or written.
+        nmt.data.textio.WriteError: an output that cannot be written (a full disk, ...): none was replaced.
+    """
+    stage = {} if stage is None else stage
+    stage["now"] = "loading"
+    absolute_paths(cfg, TRANSLATE_PATHS)
+    set_threads(cfg.threads)
+    device = pick_device(cfg.device)
+    check_precision(cfg.precision, device, "precision")
+    beam_size, n_best = check_outputs(cfg)
+    sentences = read_lines(cfg.input, key="input")
+    references = read_lines(cfg.reference, key="reference") if cfg.reference else None
+    if references is not None and len(references) != len(sentences):  # found before any translating
+        raise ValueError(f"{cfg.reference} has {len(references)} lines but {cfg.input} has {len(sentences)}: "
+                         "reference= needs one reference line per input line")
+    loading = time.perf_counter()
+    model, model_cfg, src_tok, tgt_tok, path = load_models(cfg, device)
+    loading = time.perf_counter() - loading
+    # a model trained on normalized text (data.normalize, e.g. the alignment presets) sees its input the same way
+    sentences = Normalizer.from_config(model_cfg.data.get("normalize"), model_cfg.data.src_lang).lines(sentences)
+    start, stage["now"] = time.perf_counter(), "translating"
+    with Precision(cfg.precision, device).autocast():
+        nbest = translate_nbest(model, src_tok, tgt_tok, sentences, cfg.decode, device, beam_size, n_best)
+    results = [block[0] for block in nbest]
+    seconds, stage["now"] = time.perf_counter() - start, "writing"
+    write_together({cfg.output: "".join(t.text + "\n" for t in results),  # all or none: output= is not replaced
+                    **({cfg.nbest: nbest_lines(nbest)} if cfg.nbest else {}),  # when nbest= or alignments= fail
+                    **(alignment_files(cfg.alignments, results) if cfg.alignments else {})})
+    stage["written"] = True
+    settings = decoding_settings(cfg.decode, beam_size)  # for the success line and the reference's scores
+    log.info("translated %d lines (%d empty) in %.1f s (%.1f sentences/s; %s loaded in %.1f s), beam size %d, %s%s: "
+             "%s", len(results), sum(not t.src_pieces for t in results), seconds, len(results) / max(seconds, 1e-9),
+             path, loading, beam_size, cfg.precision,
+             f" with MBR ({settings['mbr']}, temperature {settings['mbr_temperature']})" if settings["mbr"] else "",
+             "stdout" if cfg.output == "-" else cfg.output)
+    if cut := [i + 1 for i, t in enumerate(results) if at_length_limit(t, cfg.decode)]:
+        log.warning("%d line(s) stopped at the output length limit (decode.max_len_a * source length + "
+                    "decode.max_len_b) and may be cut short: lines %s%s", len(cut), ", ".join(map(str, cut[:10])),
+                    " ..." if len(cut) > 10 else "")
+    if cfg.plots:
+        stage["now"] = "drawing the plots"
+        draw_plots(cfg, results)
+    if references is not None:
+        stage["now"] = "scoring"
+        print_scores(cfg, model_cfg, results, references, settings, path)
+
+
+def load_models(cfg: DictConfig, device):
+    """The model of ``checkpoint=`` (a file, or a run folder: the model its final evaluation scored), or for a
+    list ``checkpoint=[A,B,...]`` their ensemble (:mod:`nmt.decoding.ensemble`, combined as ``ensemble=``).
+
+    Returns:
+        ``(model, its config, src_tok, tgt_tok, what was loaded)`` (a path, or the paths joined by commas).
+    Raises:
+        FileNotFoundError, nmt.checkpoint.CheckpointError: an unusable checkpoint, or ensemble members of other
+            subwords or another direction (named).
+    """
+    if isinstance(cfg.checkpoint, str):
+        path = checkpoint.run_model(cfg.checkpoint)
+        model, model_cfg, src_tok, tgt_tok, _ = checkpoint.load(path, device)
+        return model, model_cfg, src_tok, tgt_tok, path
+    paths = [checkpoint.run_model(p) for p in cfg.checkpoint]
+    model, model_cfg, src_tok, tgt_tok = load_ensemble(paths, device, cfg.ensemble)
+    return model, model_cfg, src_tok, tgt_tok, ",".join(map(str, paths))
+
+
+def print_scores(cfg: DictConfig, model_cfg, results: list, references: list[str], settings: dict, path) -> None:
+    """BLEU and chrF of ``results`` against ``references``, with their signatures, the decoding ``settings`` and
+    the checkpoint ``path``, to stderr."""
+    # the hypotheses are in the training convention (data.normalize): score them against references in it
+    # too, as the final evaluation of training does
+    target = Normalizer.from_config(model_cfg.data.get("normalize"), model_cfg.data.tgt_lang)
+    scores = score([t.text for t in results], target.lines(references), model_cfg.data.tgt_lang)
+    scores.update(**settings, precision=cfg.precision, checkpoint=str(path))
+    if target.active:
+        scores["references_normalized"] = dict(model_cfg.data.normalize)
+    print(json.dumps(scores, indent=2), file=sys.stderr)
+
+
+def draw_plots(cfg: DictConfig, results: list) -> None:
+    """The heatmaps of the first ``plot_first`` non-empty lines into ``plots=``, from the saved ``alignments=``.
+
+    Raises:
+        nmt.data.textio.WriteError: naming the picture that could not be written (the outputs are in place).
+    """
+    try:
+        with warnings.catch_warnings(record=True) as caught:  # one log line each, not Python's two
+            warnings.simplefilter("always")
+            plot_npz(cfg.alignments, [i for i in range(min(cfg.plot_first, len(results))) if results[i].text],
+                     cfg.plots)
+        for warning in caught:
+            log.warning("%s", warning.message)
+    except OSError as err:
+        raise write_error(err.filename or cfg.plots, err, f"{', '.join(f'{k}={cfg[k]}' for k in OUTPUTS if cfg[k])} "
+                          "were written") from None
+
+
+def check_outputs(cfg: DictConfig) -> tuple[int, int]:
+    """The beam size and n-best size to decode with, after checking the decoding and output settings together
+    (before any work).
+
+    Raises:
+        ValueError: naming the setting that is out of range or that conflicts with another.
+    """
+    beam_key = "beam_size" if cfg.beam_size is not None else "decode.beam_size"
+    beam_size, n_best = cfg.beam_size if cfg.beam_size is not None else cfg.decode.beam_size, cfg.decode.n_best
+    check_decoding(beam_size, n_best, beam_key, cfg.decode)
+    if n_best > 1 and not cfg.nbest:
+        raise ValueError(f"decode.n_best={n_best} needs nbest=FILE for the n-best list (output= keeps the best "
+                         "translation of each line)")
+    if cfg.nbest == "-" and cfg.output == "-":
+        raise ValueError("nbest=- and output=- would both write to stdout: give one of them a file")
+    if cfg.input == "-" and cfg.reference == "-":
+        raise ValueError("input=- and reference=- would both read stdin: give the reference as a file")
+    for key in ("output", "nbest"):
+        if cfg[key] and cfg[key] != "-" and Path(cfg[key]).is_dir():
+            raise ValueError(f"{key}={cfg[key]} is a folder: give a file name for the {key}")
+    if cfg.alignments:
+        check_npz_path(cfg.alignments)
+    if cfg.plots and not cfg.alignments:
+        raise ValueError(f"plots={cfg.plots} draws the alignments: add alignments=FILE.npz")
+    first = cfg.get("plot_first")
+    if isinstance(first, bool) or not isinstance(first, int) or first < 1:
+        raise ValueError(f"plot_first={first} must be a whole number >= 1 (how many of the first lines plots= draws)")
+    for key in ("output", "nbest", "alignments", "plots"):  # a read-only folder fails now, not after translating
+        if cfg[key]:
+            check_writable(cfg[key], key, folder=key == "plots")
+    return beam_size, n_best
+
+
+if __name__ == "__main__":
+    main()
