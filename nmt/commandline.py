@@ -8,8 +8,8 @@ back:
 
 - ``key=value`` where ``key`` is a declared setting (dashes or underscores, a leading ``+`` ignored) becomes the
   option; a switch takes ``true``/``false``; a list takes ``[a,b,c]`` (or one value; an item in quotes keeps
-  its commas: ``labels='["plateau, 90 min",decay]'``); ``null`` leaves the default; the settings may come
-  before, between or after the positional arguments;
+  its commas: ``labels='["plateau, 90 min",decay]'``); ``null`` leaves (or puts back) the default; the
+  last value of a key wins; the settings may come before, between or after the positional arguments;
 - any other argument is a positional one (a run folder, a file); one that looks like ``name=...`` with ``name``
   not a setting is refused with the closest settings, since it is almost always a mistyped key (write a file
   named so as ``./name=...``);
@@ -88,12 +88,14 @@ class SettingsParser(argparse.ArgumentParser):
         return {key_of(a): a for a in self._actions if a.option_strings and not isinstance(a, argparse._HelpAction)}
 
     def translate(self, argv: Sequence[str]) -> list[str]:
-        """The ``key=value`` command line ``argv`` as argparse's flags (positional arguments kept in place).
+        """The ``key=value`` command line ``argv`` as argparse's flags: the positional arguments (and older
+        ``--flag`` ones) in their order, then the last value of each setting.
 
         Raises:
-            SystemExit: (2, via :meth:`error`) an unknown key, a switch given neither true nor false.
+            SystemExit: (2, via :meth:`error`) an unknown key, a switch given neither true nor false, a list
+                with a quote that is not closed.
         """
-        settings, out, flags, positional_only = self._settings(), [], [], False
+        settings, out, flags, positional_only = self._settings(), [], {}, False
         for arg in argv:
             match = None if positional_only else _KEY.match(arg)
             if arg == "--":
@@ -103,7 +105,9 @@ class SettingsParser(argparse.ArgumentParser):
                 self._warn_old_flag(arg, settings)
                 out.append(arg)
             elif match and match.group(1).replace("-", "_") in settings:
-                flags.extend(self._flags(settings[match.group(1).replace("-", "_")], match.group(2)))
+                key = match.group(1).replace("-", "_")
+                flags.pop(key, None)  # the last value of a key wins; null goes back to the default
+                flags[key] = self._flags(settings[key], match.group(2))
             elif match:
                 self._unknown_key(match.group(1), settings)
             else:
@@ -111,7 +115,7 @@ class SettingsParser(argparse.ArgumentParser):
         # the settings go after the positional arguments (before a "--"): a list setting written first
         # (labels=[a,b] RUN RUN) must not take the positional arguments that follow it as more items
         end = out.index("--") if "--" in out else len(out)
-        return out[:end] + flags + out[end:]
+        return out[:end] + [flag for key_flags in flags.values() for flag in key_flags] + out[end:]
 
     def _flags(self, action: argparse.Action, value: str) -> list[str]:
         """One ``key=value`` as the flags argparse reads for ``action``."""

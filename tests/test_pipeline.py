@@ -144,7 +144,7 @@ def test_metrics(run_dir):
 def test_learning_curves_of_the_run(run_dir, tmp_path):
     """python -m nmt.curves reads the run's metrics.jsonl: one point per validation, the best one is best.pt's."""
     out = tmp_path / "curves.png"
-    result = run(["-m", "nmt.curves", str(run_dir), "--out", str(out)], cwd=run_dir)
+    result = run(["-m", "nmt.curves", str(run_dir), f"out={out}"], cwd=run_dir)
     steps = list(range(VALID_EVERY, MAX_STEPS + 1, VALID_EVERY))
     assert result.stdout.decode().count("\n") >= len(steps) + 3 and out.stat().st_size > 10_000
     curve = curves.read_curve(run_dir)

@@ -12,8 +12,8 @@ Every A with S ⊆ A ⊆ P scores AER 0; with only sure links P = S and AER is 1
 
 Command line::
 
-    python -m nmt.aer --gold FILE --hyp FILE [--gold-format naacl|pharaoh] [--one-based] [--target-first]
-                      [--hyp-one-based] [--hyp-target-first] [--src FILE --tgt FILE | --bitext FILE]
+    python -m nmt.aer gold=FILE hyp=FILE [gold_format=naacl|pharaoh] [one_based=true] [target_first=true]
+                      [hyp_one_based=true] [hyp_target_first=true] [src=FILE tgt=FILE | bitext=FILE]
 
 prints ``AER 0.1234  precision 0.9000  recall 0.8000  (sure N, possible M, hypothesis K links, S sentences)``,
 where ``possible`` counts P including S.
@@ -37,6 +37,7 @@ from nmt.analysis.gold import (
     read_lengths,
     read_pharaoh,
 )
+from nmt.commandline import SettingsParser
 
 
 @dataclass(frozen=True)
@@ -123,8 +124,8 @@ def _zero_never_used(links: Sequence[set[Link]]) -> bool:
 
 def _parser() -> argparse.ArgumentParser:
     """The argument parser of ``python -m nmt.aer``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m nmt.aer",
+    parser = SettingsParser(
+        "nmt.aer",
         description="Alignment error rate, precision and recall (Och and Ney 2003) of a Pharaoh hypothesis "
         "against gold sure/possible links.",
     )
@@ -147,8 +148,8 @@ def _parser() -> argparse.ArgumentParser:
         "--hyp-target-first", action="store_true", help="hypothesis links give the target position first"
     )
     parser.add_argument("--src", help="source sentences (the gold's source side): drop out-of-range links")
-    parser.add_argument("--tgt", help="target sentences, parallel to --src")
-    parser.add_argument("--bitext", help="'source ||| target' sentences instead of --src/--tgt")
+    parser.add_argument("--tgt", help="target sentences, parallel to src=")
+    parser.add_argument("--bitext", help="'source ||| target' sentences instead of src= and tgt=")
     return parser
 
 
@@ -196,9 +197,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.bitext and (args.src or args.tgt):
-        parser.error("give either --bitext or --src and --tgt")
+        parser.error("give either bitext= or src= and tgt=")
     if bool(args.src) != bool(args.tgt):
-        parser.error("--src and --tgt go together")
+        parser.error("src= and tgt= go together")
 
     try:
         lengths, gold, hyp = _read_files(args)
@@ -208,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.gold_format == "naacl" and lengths is None and len(gold) < len(hyp):
                 hint = (
                     " (a NAACL file cannot show trailing sentences without links: "
-                    "pass --src/--tgt or --bitext)"
+                    "pass src= and tgt=, or bitext=)"
                 )
             raise ValueError(f"{args.gold} has {len(gold)} sentences but {args.hyp} has {len(hyp)}{hint}")
         result = aer(gold.sure, gold.possible, hyp.links)

@@ -1,22 +1,23 @@
 """Learning curves of one or more training runs: validation BLEU, perplexity, learning rate, speed.
 
-    python -m nmt.curves RUN [RUN ...] [--x step|minutes] [--out curves.png] [--labels A B ...] [--quiet]
+    python -m nmt.curves RUN [RUN ...] [x=step|minutes] [out=curves.png] [labels=[A,B,...]] [quiet=true]
 
 Reads ``metrics.jsonl`` of each run folder (one record per validation, written by nmt.training; the file itself
 may be given), prints a table per run, a one-line summary (best validation BLEU and where, and the BLEU gained
 over the last validations per 1,000 steps, which says whether more training would still help) and, with
-``--out``, plots validation BLEU and perplexity of all runs side by side (matplotlib).
+``out=``, plots validation BLEU and perplexity of all runs side by side (matplotlib).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+
+from nmt.commandline import SettingsParser
 
 X_AXES = {"step": ("step", "training step"), "minutes": ("minutes", "training minutes (validation included)")}
 
@@ -155,7 +156,7 @@ def plot_curves(curves: list[Curve], out: str | Path, x: str = "step") -> Path:
     key, xlabel = X_AXES[x]
     for curve in curves:
         if not any(math.isfinite(value) for value in curve.column(key)):
-            raise ValueError(f"{curve.label}: its records have no elapsed_sec; plot against steps (--x step)")
+            raise ValueError(f"{curve.label}: its records have no elapsed_sec; plot against steps (x=step)")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -200,29 +201,28 @@ def check_format(out: str | Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> list[Curve]:
-    """Command line: print tables and summaries of the runs, and plot them with ``--out``."""
-    parser = argparse.ArgumentParser(prog="python -m nmt.curves", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    """Command line: print tables and summaries of the runs, and plot them with ``out=``."""
+    parser = SettingsParser("nmt.curves", description=__doc__)
     parser.add_argument("runs", nargs="+", type=Path, help="run folders of train.py (with metrics.jsonl)")
     parser.add_argument("--labels", nargs="+", help="legend labels, one per run (default: the folder names); "
-                        "give the runs first")
+                        "one list, e.g. labels=[additive,dot]")
     parser.add_argument("--x", choices=sorted(X_AXES), default="step", help="x axis of the plot")
     parser.add_argument("--out", type=Path, help="write the plot here; the suffix picks the format (.png, .pdf, .svg, "
                         "...)")
     parser.add_argument("--quiet", action="store_true", help="summaries only, no per-validation tables")
     args = parser.parse_args(argv)
     if args.labels and len(args.labels) != len(args.runs):
-        parser.error(f"--labels gives {len(args.labels)} labels for {len(args.runs)} runs")
+        parser.error(f"labels= gives {len(args.labels)} labels for {len(args.runs)} runs")
     try:
         if args.out:
             check_format(args.out)
         curves = [read_curve(run, label) for run, label in zip(args.runs, args.labels or [None] * len(args.runs))]
     except (FileNotFoundError, ValueError) as err:
-        parser.exit(1, f"python -m nmt.curves: error: {err}\n")
+        parser.exit(1, f"{parser.prog}: error: {err}\n")
     labels = [curve.label for curve in curves]
     repeated = sorted({label for label in labels if labels.count(label) > 1})
     if repeated:
-        print(f"warning: runs share the label(s) {', '.join(repeated)}; name them with --labels", file=sys.stderr)
+        print(f"warning: runs share the label(s) {', '.join(repeated)}; name them with labels=[...]", file=sys.stderr)
     for curve in curves:
         if not args.quiet:
             print(format_table(curve) + "\n")
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> list[Curve]:
         try:
             print(f"wrote {plot_curves(curves, args.out, args.x)}")
         except ValueError as err:
-            parser.exit(1, f"python -m nmt.curves: error: {err}\n")
+            parser.exit(1, f"{parser.prog}: error: {err}\n")
     return curves
 
 

@@ -11,17 +11,16 @@ Token display: :mod:`nmt.analysis.labels` (``"▁Mann"`` -> ``"Mann"``, ``"s"`` 
 characters they spell). A sentence longer than ``FULL_SIZE_TOKENS`` pieces on either axis is drawn smaller
 (cells and labels scaled down together, with a warning) so that the image stays under about 2,200 pixels.
 
-With ``--gold FILE`` (a word alignment gold set, the format options of nmt.analysis.gold) the pieces are merged into
-words (nmt.decoding.word_alignment.merge_to_words, optionally ``--shift 1``) and the gold links of each sentence are drawn over
+With ``gold=FILE`` (a word alignment gold set, the format options of nmt.analysis.gold) the pieces are merged into
+words (nmt.decoding.word_alignment.merge_to_words, optionally ``shift=1``) and the gold links of each sentence are drawn over
 the word-level attention: sure links as red squares, possible-only links as small red dots.
 
-Usage: ``python -m nmt.plot outputs/RUN/eval/test.alignments.npz --index 0 3 7 --out plots/``
-       ``python -m nmt.plot gold.npz --index 0 1 --gold enfr.gold.gz --one-based``
+Usage: ``python -m nmt.plot outputs/RUN/eval/test.alignments.npz index=[0,3,7] out=plots/``
+       ``python -m nmt.plot gold.npz index=[0,1] gold=enfr.gold.gz one_based=true``
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 import warnings
 from pathlib import Path
@@ -37,6 +36,7 @@ from nmt.analysis.fonts import FONT_HINT, families_for
 from nmt.analysis.gold import FORMATS, read_alignments
 from nmt.analysis.labels import display_token, display_tokens  # noqa: F401 (display_token: public here too)
 from nmt.analysis.saved import NPZ_ERRORS, checked_indices, jsonl_of, read_records, unreadable
+from nmt.commandline import SettingsParser
 from nmt.data.textio import check_writable
 from nmt.decoding.word_alignment import merge_to_words
 
@@ -91,7 +91,7 @@ def plot_alignment(
     outside = sorted(link for link in sure | possible if not (0 <= link[0] < src_len and 0 <= link[1] < hyp_len))
     if outside:
         raise ValueError(f"gold links {outside[:5]} (0-based) fall outside the {src_len} source x {hyp_len} "
-                         "hypothesis tokens: is the gold file 1-based (--one-based), target-first (--target-first), "
+                         "hypothesis tokens: is the gold file 1-based (one_based=true), target-first (target_first=true), "
                          "or for other sentences?")
     show = list if words else display_tokens
     path = Path(path)
@@ -208,11 +208,9 @@ def plot_npz(npz_path: str | Path, indices: list[int], out_dir: str | Path | Non
 
 
 def main(argv: list[str] | None = None) -> list[Path]:
-    """Command line: ``python -m nmt.plot FILE.alignments.npz [--index 0 3 7] [--out DIR] [--gold FILE
-    [--gold-format pharaoh|naacl] [--one-based] [--target-first] [--shift 1]]``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m nmt.plot", description="Draw attention heatmaps from a saved alignments.npz file."
-    )
+    """Command line: ``python -m nmt.plot FILE.alignments.npz [index=[0,3,7]] [out=DIR] [gold=FILE
+    [gold_format=pharaoh|naacl] [one_based=true] [target_first=true] [shift=1]]``."""
+    parser = SettingsParser("nmt.plot", description="Draw attention heatmaps from a saved alignments.npz file.")
     parser.add_argument(
         "npz", type=Path, help="X.alignments.npz (the sibling X.alignments.jsonl is read too)"
     )
@@ -228,7 +226,7 @@ def main(argv: list[str] | None = None) -> list[Path]:
     args = parser.parse_args(argv)
     try:
         if args.out is not None:  # before any work: a part of the path that is a file is named, not [Errno 20]
-            check_writable(args.out, "--out", folder=True)
+            check_writable(args.out, "out", folder=True)
         gold = (read_alignments(args.gold, args.gold_format, one_based=args.one_based,
                                 target_first=args.target_first) if args.gold else None)
         with warnings.catch_warnings(record=True) as caught:  # one line each on stderr, not Python's two

@@ -1,7 +1,7 @@
 """The side-by-side comparison report of runs: reading run folders, significance, compare-mt style analyses,
 learning curves and attention maps, written as one HTML page and a Markdown summary.
 
-    python -m nmt.report RUN_OR_SWEEP_FOLDER... --out DIR
+    python -m nmt.report RUN_OR_SWEEP_FOLDER... out=DIR
     write_report(folders, out)          # the same from Python (e.g. at the end of a sweep)
 
 ``train.py -m`` writes the report of its sweep through :class:`nmt.report.sweep.SweepReport` (a Hydra callback).

@@ -189,11 +189,11 @@ def piece_panel(label: str, saved: SavedAlignments, index: int) -> Panel:
     """
     if index not in saved.matrices or index not in saved.records:
         held = f"0..{max(saved.matrices)}" if saved.matrices else "none"
-        raise ReportError(f"sentence {index} is not in {saved.path} (it holds {held}); choose --sentences in range")
+        raise ReportError(f"sentence {index} is not in {saved.path} (it holds {held}); choose sentences= in range")
     matrix, rec = saved.matrices[index], saved.records[index]
     if matrix.size == 0:
         raise ReportError(f"sentence {index} of {saved.path} is empty (an empty input line): nothing to draw; "
-                          "choose other --sentences")
+                          "choose other sentences=")
     src, hyp = rec["source_tokens"], rec["hypothesis_tokens"]
     return Panel(label, matrix, display_tokens(src), display_tokens(hyp), src, hyp,
                  entropy=row_entropy(matrix), diagonal=diagonal_distance(matrix))

@@ -103,7 +103,7 @@ def pick_baseline(runs: list[Run], baseline: str | None) -> int:
     for i, run in enumerate(runs):
         if baseline in (run.label, run.folder.name) or Path(baseline).resolve() == run.folder.resolve():
             return i
-    raise ReportError(f"--baseline {baseline}: no such run; give one of {', '.join(r.label for r in runs)}")
+    raise ReportError(f"baseline={baseline}: no such run; give one of {', '.join(r.label for r in runs)}")
 
 
 def _analyses(runs: list[Run], order: list[int], sources: list[str], references: list[str],

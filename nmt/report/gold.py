@@ -4,7 +4,8 @@ sentence pairs (:func:`nmt.analysis.forced.force_align`), links are extracted as
 Och and Ney 2003); the word-level maps of a few gold sentences carry the gold links.
 
 The gold options are those of ``python -m nmt.aer`` (format, 1-based positions, target first, the sentence files)
-and the extraction options those of ``python -m nmt.align`` (method, threshold, shift, temperature, lowercase).
+and the extraction options those of ``python -m nmt.align`` (method, threshold, shift, temperature, lowercase);
+the models run on ``device`` with ``threads`` CPU threads, as ``nmt.align``'s do.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from nmt.analysis.forced import force_align, links, load_aligner, sharpen, word_
 from nmt.analysis.gold import AlignmentFormatError, Alignments, AlignmentWarning, read_alignments
 from nmt.data.textio import TextFileError, read_lines
 from nmt.decoding.word_alignment import merge_to_words
+from nmt.models.device import pick_device, set_threads
 from nmt.report.attention import Panel, diagonal_distance, row_entropy
 from nmt.report.runs import ReportError, Run
 
@@ -27,7 +29,9 @@ class GoldOptions:
     """Where the gold set is and how to extract links (the options of ``nmt.aer`` and ``nmt.align``).
 
     ``src``/``tgt`` (or ``bitext``, ``source ||| target`` lines) are the gold sentence pairs, whitespace words;
-    ``lowercase``: ``auto`` (as each run's training data), ``true`` or ``false``.
+    ``lowercase``: ``auto`` (as each run's training data), ``true`` or ``false``; ``device``: where the models
+    run (``auto``: cuda when available, else cpu; :func:`nmt.models.device.pick_device`); ``threads``: torch's
+    CPU threads (None: all cores; :func:`nmt.models.device.set_threads`).
     """
 
     gold: Path
@@ -42,6 +46,8 @@ class GoldOptions:
     shift: int = 0
     temperature: float = 1.0
     lowercase: str = "auto"
+    device: str = "auto"
+    threads: int | None = None
 
     def describe(self) -> str:
         """The extraction method in words, for the page."""
@@ -86,7 +92,7 @@ def read_gold(options: GoldOptions) -> tuple[list[str], list[str], Alignments, l
             sources = [line.strip() for line in read_lines(options.src)]
             targets = [line.strip() for line in read_lines(options.tgt)]
         else:
-            raise ReportError("--gold needs the sentences it aligns: --src and --tgt, or --bitext")
+            raise ReportError("gold= needs the sentences it aligns: src= and tgt=, or bitext=")
         if len(sources) != len(targets):
             raise ReportError(f"{options.src} has {len(sources)} lines but {options.tgt} has {len(targets)}")
         lengths = [(len(s.split()), len(t.split())) for s, t in zip(sources, targets)]
@@ -116,17 +122,23 @@ def score_gold(runs: list[Run], options: GoldOptions, indices: list[int]) -> Gol
     the word-level maps of gold sentences ``indices`` (those in range).
 
     Raises:
-        ReportError: as :func:`read_gold`; a run whose model cannot be loaded.
+        ReportError: as :func:`read_gold`; a run whose model cannot be loaded; an unusable ``device`` or
+            ``threads``.
     """
     sources, targets, gold, notes = read_gold(options)
+    try:
+        set_threads(options.threads)
+        device = pick_device(options.device)
+    except ValueError as err:
+        raise ReportError(str(err)) from None
     indices = [i for i in indices if 0 <= i < len(sources)]
     results, panels = {}, {i: [] for i in indices}
     for run in runs:
         try:
-            model, src_tok, tgt_tok, prepare, _ = load_aligner(run.folder, lowercase=options.lowercase)
+            model, src_tok, tgt_tok, prepare, _ = load_aligner(run.folder, device, lowercase=options.lowercase)
         except (OSError, ValueError) as err:
             raise ReportError(f"{run.label}: cannot load its model to align the gold sentences: {err}") from None
-        forced = force_align(model, src_tok, tgt_tok, prepare(sources), prepare(targets))
+        forced = force_align(model, src_tok, tgt_tok, prepare(sources), prepare(targets), device=device)
         hyp = [links(t, options.method, options.threshold, options.shift, options.temperature) for t in forced]
         results[run.label] = aer(gold.sure, gold.possible, hyp)
         for i in indices:

@@ -108,7 +108,7 @@ def render_report(report: Report, out: str | Path, command: str | None = None) -
         out.mkdir(parents=True, exist_ok=True)
         figures.write_plotly_js(out)
     except OSError as err:
-        raise ReportError(f"{out}: cannot write the report there ({err.strerror}); choose another --out") from None
+        raise ReportError(f"{out}: cannot write the report there ({err.strerror}); choose another out=") from None
     env, variables = _environment(), context(report, command)
     atomic_write(out / "summary.md", env.get_template("summary.md.j2").render(**variables))
     variables["figures"] = _figures(report)

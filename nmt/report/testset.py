@@ -61,8 +61,8 @@ def read_test_set(run: Run, sources: str | Path | None = None, references: str |
     keeps the sets read by data settings, so that runs of one corpus read it once.
 
     Raises:
-        ReportError: the corpus cannot be read here (naming the run and the ``--sources``/``--references``
-            options), the run has no test split, or the line counts differ from the run's hypotheses.
+        ReportError: the corpus cannot be read here (naming the run and the ``sources=``/``references=``
+            settings), the run has no test split, or the line counts differ from the run's hypotheses.
     """
     data = dict(run.config.get("data") or {})
     if sources and references:
@@ -79,7 +79,7 @@ def read_test_set(run: Run, sources: str | Path | None = None, references: str |
     expected = run.scores[("test", run.main_decoder())].get("num_sentences", len(ref))
     if len(ref) != expected:
         raise ReportError(f"{run.label}: its test scores count {expected} sentences, but {origin} has {len(ref)} "
-                          "lines: give the files it was scored on with --sources and --references")
+                          "lines: give the files it was scored on with sources= and references=")
     return ScoredSet(list(src), [unicodedata.normalize("NFC", line) for line in ref], origin)
 
 
@@ -96,7 +96,7 @@ def _from_corpus(run: Run, data: dict) -> ScoredSet:
         splits = load_splits(from_plain(data), train=False)
     except (DataError, OSError, TextFileError, KeyError, AttributeError) as err:
         raise ReportError(f"{run.label}: cannot read the test set its settings name ({_origin(data)}): {err}; "
-                          "give the files with --sources and --references (NMT_DATA_DIR does not apply: the "
+                          "give the files with sources= and references= (NMT_DATA_DIR does not apply: the "
                           "run stores its corpus paths)") from None
     if "test" not in splits:
         raise ReportError(f"{run.label}: its corpus has no test split (data.test_src/test_tgt unset)")

@@ -4,9 +4,9 @@ Averaging the parameters of the last or best few checkpoints (Junczys-Dowmunt et
 submission to the WMT16 news translation task", §2; Vaswani et al. 2017, §6.1) smooths out the noise of the
 last updates and usually gains a little BLEU at no training cost.
 
-    python -m nmt.average RUN/checkpoints/step_*.pt --out RUN/checkpoints/averaged.pt
-    python -m nmt.average --best 5 RUN --out averaged.pt      # the 5 best by validation BLEU (train.keep_best)
-    python -m nmt.average --last 5 RUN --out averaged.pt      # the 5 most recent step checkpoints
+    python -m nmt.average RUN/checkpoints/step_*.pt out=RUN/checkpoints/averaged.pt
+    python -m nmt.average RUN best=5 out=averaged.pt      # the 5 best by validation BLEU (train.keep_best)
+    python -m nmt.average RUN last=5 out=averaged.pt      # the 5 most recent step checkpoints
 
 The averaged checkpoint carries the first input's configuration and SentencePiece models, so it loads, translates
 and aligns like any other (``translate.py checkpoint=averaged.pt``).
@@ -14,7 +14,6 @@ and aligns like any other (``translate.py checkpoint=averaged.pt``).
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 import torch
 
 from nmt.analysis.curves import read_curve
+from nmt.commandline import SettingsParser
 from nmt.data.textio import check_writable
 from nmt.models.checkpoint import CheckpointError, load_payload, write_payload
 
@@ -82,7 +82,8 @@ def check_same_run(payloads: list[dict], names: list[str]) -> None:
     either (the hidden units of two RNNs need not correspond).
 
     Raises:
-        CheckpointError: naming the checkpoint and the setting that differs, and the flag that allows it.
+        CheckpointError: naming the checkpoint and the setting that differs, and the one that allows it
+            (``other_runs=true``).
     """
     first = payloads[0].get("config") or {}
     for payload, name in zip(payloads[1:], names[1:]):
@@ -91,7 +92,7 @@ def check_same_run(payloads: list[dict], names: list[str]) -> None:
             raise CheckpointError(f"{name}: comes from another training run than {names[0]} ({', '.join(differ)} "
                                   f"differ{'s' if len(differ) == 1 else ''}; seed {config.get('seed')} vs "
                                   f"{first.get('seed')}): the average of independently trained models is worse than "
-                                  "either; pass --other-runs to average them anyway")
+                                  "either; pass other_runs=true to average them anyway")
 
 
 def check_same_model(payloads: list[dict], names: list[str]) -> None:
@@ -166,9 +167,8 @@ def select_checkpoints(run_dir: str | Path, best: int | None = None, last: int |
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: average explicit checkpoints, or the best/last k of a run directory."""
-    parser = argparse.ArgumentParser(prog="python -m nmt.average", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("inputs", nargs="+", help="checkpoints to average, or one run directory with --best/--last")
+    parser = SettingsParser("nmt.average", description=__doc__)
+    parser.add_argument("inputs", nargs="+", help="checkpoints to average, or one run directory with best= or last=")
     parser.add_argument("--out", required=True, help="the averaged checkpoint to write")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--best", type=int, help="average the K best step checkpoints of a run (validation BLEU)")
@@ -179,14 +179,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for name in ("best", "last"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
-            parser.error(f"--{name} takes a number of checkpoints, at least 1 (got {getattr(args, name)})")
+            parser.error(f"{name}= takes a number of checkpoints, at least 1 (got {getattr(args, name)})")
     # Warnings only: the result is the one "wrote ..." line on stdout (average_checkpoints' info line would repeat it)
-    logging.basicConfig(level=logging.WARNING, format="python -m nmt.average: warning: %(message)s")
+    logging.basicConfig(level=logging.WARNING, format=f"{parser.prog}: warning: %(message)s")
     try:
-        check_writable(args.out, "--out")  # before loading anything
+        check_writable(args.out, "out")  # before loading anything
         if args.best or args.last:
             if len(args.inputs) != 1 or not Path(args.inputs[0]).is_dir():
-                parser.error("--best/--last take one run directory")
+                parser.error("best= and last= take one run directory")
             paths = select_checkpoints(args.inputs[0], best=args.best, last=args.last)
         else:
             paths = [Path(p) for p in args.inputs]
@@ -198,11 +198,11 @@ def main(argv: list[str] | None = None) -> int:
         elif len(paths) == 1:
             log.warning("only one checkpoint (%s): the output is a weights-only copy of it", paths[0])
         if Path(args.out).resolve() in {Path(p).resolve() for p in paths}:
-            raise ValueError(f"--out {args.out} is one of the checkpoints being averaged: write the average to a "
+            raise ValueError(f"out={args.out} is one of the checkpoints being averaged: write the average to a "
                              "new file (averaging would replace that checkpoint)")
         average_checkpoints(paths, args.out, other_runs=args.other_runs)
     except (CheckpointError, OSError, ValueError) as error:  # OSError: not found, no permission
-        print(f"python -m nmt.average: error: {error}", file=sys.stderr)
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
         return 1
     print(f"wrote {args.out} (mean of {', '.join(str(p) for p in paths)})")
     return 0

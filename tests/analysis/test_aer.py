@@ -251,13 +251,13 @@ def test_cli_hand_made(tmp_path, capsys):
     gold, hyp = tmp_path / "gold.wa", tmp_path / "hyp.align"
     gold.write_text(VARIANTS["naacl-1-src-padded"][3])
     hyp.write_text("".join(" ".join(f"{s}-{t}" for s, t in sorted(links)) + "\n" for links in HAND_HYP))
-    assert main(["--gold", str(gold), "--gold-format", "naacl", "--one-based", "--hyp", str(hyp)]) == 0
+    assert main([f"gold={gold}", "gold_format=naacl", "one_based=true", f"hyp={hyp}"]) == 0
     out = capsys.readouterr().out.strip()
     assert out == (
         "AER 0.5714  precision 0.5000  recall 0.3333  (sure 3, possible 5, hypothesis 4 links, 2 sentences)"
     )
     hyp.write_text(hyp.read_text() + "0-0\n")
-    assert main(["--gold", str(gold), "--gold-format", "naacl", "--one-based", "--hyp", str(hyp)]) == 1
+    assert main([f"gold={gold}", "gold_format=naacl", "one_based=true", f"hyp={hyp}"]) == 1
     assert "has 2 sentences but" in capsys.readouterr().err
 
 
@@ -309,17 +309,12 @@ def test_gold_enfr_hansards(corpora, tmp_path, capsys, recwarn):
     assert not recwarn.list
     # the command line, NAACL gold against the Pharaoh copy of itself
     argv = [
-        "--gold",
-        str(folder / "test.wa.nonullalign.gz"),
-        "--gold-format",
-        "naacl",
-        "--one-based",
-        "--hyp",
-        str(hyp),
-        "--src",
-        str(folder / "test.e.gz"),
-        "--tgt",
-        str(folder / "test.f.gz"),
+        f"gold={folder / 'test.wa.nonullalign.gz'}",
+        "gold_format=naacl",
+        "one_based=true",
+        f"hyp={hyp}",
+        f"src={folder / 'test.e.gz'}",
+        f"tgt={folder / 'test.f.gz'}",
     ]
     assert main(argv) == 0
     assert capsys.readouterr().out.startswith(
@@ -345,14 +340,10 @@ def test_gold_deen_bicici_out_of_range_link(corpora, tmp_path, capsys):
     _self_score(naacl, tmp_path, lengths)
     # the command line reports the dropped link on stderr and still scores
     argv = [
-        "--gold",
-        str(folder / "de-en.wa.gz"),
-        "--hyp",
-        str(folder / "de-en.wa.gz"),
-        "--src",
-        str(folder / "test.de.gz"),
-        "--tgt",
-        str(folder / "test.en.gz"),
+        f"gold={folder / 'de-en.wa.gz'}",
+        f"hyp={folder / 'de-en.wa.gz'}",
+        f"src={folder / 'test.de.gz'}",
+        f"tgt={folder / 'test.en.gz'}",
     ]
     assert main(argv) == 0
     captured = capsys.readouterr()
@@ -376,7 +367,7 @@ def test_gold_roen_wpt2003(corpora, tmp_path, recwarn):
 
 def test_cli_warns_about_a_one_based_file_read_as_zero_based(corpora, capsys):
     gold = corpora / "align_roen_wpt2003" / "roen.gold.gz"
-    assert main(["--gold", str(gold), "--hyp", str(gold)]) == 0
+    assert main([f"gold={gold}", f"hyp={gold}"]) == 0
     assert "no link uses position 0; is the file 1-based?" in capsys.readouterr().err
 
 
@@ -385,8 +376,8 @@ def test_cli_warns_about_a_zero_based_hypothesis_read_as_one_based(tmp_path, cap
     gold.write_text("1-1 2-2\n1-2\n", encoding="utf-8")
     hyp = tmp_path / "hyp.txt"  # 0-based: the same links as the gold
     hyp.write_text("0-0 1-1\n0-1\n", encoding="utf-8")
-    assert main(["--gold", str(gold), "--one-based", "--hyp", str(hyp)]) == 0
+    assert main([f"gold={gold}", "one_based=true", f"hyp={hyp}"]) == 0
     out = capsys.readouterr()
     assert "AER 0.0000" in out.out and "link(s) use position 0" not in out.err
-    assert main(["--gold", str(gold), "--one-based", "--hyp", str(hyp), "--hyp-one-based"]) == 0
+    assert main([f"gold={gold}", "one_based=true", f"hyp={hyp}", "hyp_one_based=true"]) == 0
     assert "hyp.txt: 2 link(s) use position 0, which a 1-based file reserves for NULL" in capsys.readouterr().err

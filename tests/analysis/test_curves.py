@@ -91,7 +91,7 @@ def test_cli_plots_two_runs(tmp_path, capsys):
     a = write_run(tmp_path / "a", [record(400, 10.0, 30.0, 60), record(800, 20.0, 20.0, 120)])
     b = write_run(tmp_path / "b", [record(400, 5.0, 40.0, 50), record(800, 8.0, 35.0, 100)])
     out = tmp_path / "plots" / "curves.png"
-    found = curves.main([str(a), str(b), "--labels", "additive", "dot", "--x", "minutes", "--out", str(out)])
+    found = curves.main([str(a), str(b), "labels=[additive,dot]", "x=minutes", f"out={out}"])
     assert [c.label for c in found] == ["additive", "dot"]
     printed = capsys.readouterr().out
     assert "additive: best valid BLEU 20.00 at step 800" in printed and "dot: best valid BLEU 8.00" in printed
@@ -106,8 +106,8 @@ def test_cli_errors(tmp_path, capsys):
     assert "no such file" in capsys.readouterr().err
     run = write_run(tmp_path / "r", [record(400, 1.0)])
     with pytest.raises(SystemExit):
-        curves.main([str(run), "--labels", "a", "b"])
-    assert "2 labels for 1 runs" in capsys.readouterr().err
+        curves.main([str(run), "labels=[a,b]"])
+    assert "labels= gives 2 labels for 1 runs" in capsys.readouterr().err
     with pytest.raises(ValueError, match="x must be one of"):
         curves.plot_curves([curves.read_curve(run)], tmp_path / "x.png", x="epoch")
 
@@ -171,7 +171,7 @@ def test_bad_output_suffix_fails_before_anything_is_written(tmp_path, capsys):
     run = write_run(tmp_path / "r", [record(400, 1.0)])
     for out, message in ((tmp_path / "new" / "x.jpgg", "unsupported format .jpgg"), (tmp_path / "x", "no file suffix")):
         with pytest.raises(SystemExit):
-            curves.main([str(run), "--out", str(out)])
+            curves.main([str(run), f"out={out}"])
         err = capsys.readouterr()
         assert message in err.err and ".png" in err.err and "best valid BLEU" not in err.out
     assert not (tmp_path / "new").exists()
@@ -180,7 +180,7 @@ def test_bad_output_suffix_fails_before_anything_is_written(tmp_path, capsys):
 def test_many_runs_and_repeated_labels(tmp_path, capsys):
     runs = [str(write_run(tmp_path / f"run{i}", [record(400, i), record(800, i + 1.0)])) for i in range(11)]
     out = tmp_path / "many.svg"
-    curves.main([*runs, runs[0], "--quiet", "--out", str(out)])
+    curves.main([*runs, runs[0], "quiet=true", f"out={out}"])
     captured = capsys.readouterr()
-    assert "runs share the label(s) run0" in captured.err and "# run0" not in captured.out
+    assert "runs share the label(s) run0; name them with labels=[...]" in captured.err and "# run0" not in captured.out
     assert out.read_text(encoding="utf-8").count("run10") >= 1  # the eleventh run is in the legend

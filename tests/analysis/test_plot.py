@@ -68,7 +68,7 @@ def test_empty_sentence_skipped_with_warning(artifacts, tmp_path):
 def test_main_reports_an_empty_sentence_in_one_line(artifacts, tmp_path, capsys):
     """As a program, the skipped empty sentence is one ``warning:`` line on stderr (not Python's warning with a
     source line), and the other sentences are still drawn."""
-    paths = main([str(artifacts), "--index", "0", "1", "--out", str(tmp_path / "cli")])
+    paths = main([str(artifacts), "index=[0,1]", f"out={tmp_path / 'cli'}"])
     assert [p.name for p in paths] == ["test_0.png"]
     assert capsys.readouterr().err == f"python -m nmt.plot: warning: {artifacts}: sentence 1 is empty, skipped\n"
 
@@ -89,19 +89,19 @@ def test_a_bad_jsonl_line_names_file_and_line(artifacts, tmp_path, capsys, bad_l
     with pytest.raises(ValueError, match=rf"{re.escape(str(jsonl))}: line 2 is not a token record with an index"):
         plot_npz(artifacts, [0], tmp_path / "plots")
     with pytest.raises(SystemExit):
-        main([str(artifacts), "--index", "0", "--out", str(tmp_path / "plots")])
+        main([str(artifacts), "index=0", f"out={tmp_path / 'plots'}"])
     assert f"{jsonl}: line 2 is not a token record" in capsys.readouterr().err
 
 
 def test_main_reports_damaged_files_and_unwritable_folders_in_one_line(artifacts, tmp_path, capsys):
-    """A truncated .npz, a .jsonl that is not UTF-8 and an --out under a file: one usage error line each naming
-    the file (they were tracebacks or a message without the file; the --out one said only [Errno 20])."""
+    """A truncated .npz, a .jsonl that is not UTF-8 and an out= under a file: one usage error line each naming
+    the file (they were tracebacks or a message without the file; the out= one said only [Errno 20])."""
     truncated = tmp_path / "t.alignments.npz"
     truncated.write_bytes(artifacts.read_bytes()[:200])
     artifacts.with_name("test.alignments.jsonl").replace(tmp_path / "t.alignments.jsonl")
     for argv, message in [([str(truncated)], f"{truncated} is not a readable .npz file"),
-                          ([str(artifacts), "--out", str(truncated / "sub")],
-                           f"--out={truncated / 'sub'}: {truncated} is a file, not a folder")]:
+                          ([str(artifacts), f"out={truncated / 'sub'}"],
+                           f"out={truncated / 'sub'}: {truncated} is a file, not a folder")]:
         with pytest.raises(SystemExit):
             main(argv)
         err = capsys.readouterr().err
@@ -132,7 +132,7 @@ def test_a_damaged_compressed_npz_is_one_error_line(tmp_path, capsys):
         damaged.write_bytes(bytes(flipped))
         damaged.with_name(f"d{position}.alignments.jsonl").write_text(json.dumps(tokens) + "\n", encoding="utf-8")
         try:
-            main([str(damaged), "--out", str(tmp_path / "plots")])
+            main([str(damaged), f"out={tmp_path / 'plots'}"])
         except SystemExit:
             err = capsys.readouterr().err
             assert str(damaged) in err and "not found" not in err and "Traceback" not in err, err
@@ -148,15 +148,15 @@ def test_a_missing_index_draws_nothing(artifacts, tmp_path):
 
 def test_main_cli(artifacts, tmp_path, capsys):
     out = tmp_path / "cli"
-    paths = main([str(artifacts), "--index", "0", "3", "--out", str(out)])
+    paths = main([str(artifacts), "index=[0,3]", f"out={out}"])
     assert sorted(p.name for p in out.iterdir()) == ["test_0.png", "test_3.png"]
     assert all(png_size(p) for p in paths)
     assert "test_0.png" in capsys.readouterr().out
-    # defaults: --index 0, --out = the npz's folder
+    # defaults: index=0, out= the npz's folder
     main([str(artifacts)])
     assert (artifacts.parent / "test_0.png").is_file()
     with pytest.raises(SystemExit):
-        main([str(artifacts), "--index", "42"])
+        main([str(artifacts), "index=42"])
 
 
 def test_figure_grows_with_sentence_length(tmp_path):
@@ -210,7 +210,7 @@ def test_display_token():
 
 
 def test_gold_links_drawn_over_word_level_attention(tmp_path):
-    """--gold merges pieces into words and draws the sentence's gold links; links outside the words fail."""
+    """gold= merges pieces into words and draws the sentence's gold links; links outside the words fail."""
     from nmt.decoding.artifacts import save_alignments
     from nmt.decoding.translation import Translation
 
@@ -221,17 +221,17 @@ def test_gold_links_drawn_over_word_level_attention(tmp_path):
     save_alignments(npz, [Translation("A man", src, hyp, matrix, 0.0), Translation("A man", src, hyp, matrix, 0.0)])
     gold = tmp_path / "gold.txt"
     gold.write_text("1-1 2-2 1p2\n1-1 3-2\n", encoding="utf-8")  # 1-based; line 2 has a link past "Manns"
-    paths = main([str(npz), "--index", "0", "--gold", str(gold), "--one-based", "--out", str(tmp_path / "p")])
+    paths = main([str(npz), "index=0", f"gold={gold}", "one_based=true", f"out={tmp_path / 'p'}"])
     assert [p.name for p in paths] == ["gold_0_gold.png"]
     image = plt_imread(paths[0])
     red = (image[..., 0] > 0.8) & (image[..., 1] < 0.3) & (image[..., 2] < 0.3)
     assert red.sum() > 50  # the squares and the dot are there
-    plain = main([str(npz), "--index", "0", "--out", str(tmp_path / "q")])[0]
+    plain = main([str(npz), "index=0", f"out={tmp_path / 'q'}"])[0]
     plain_image = plt_imread(plain)
     assert not ((plain_image[..., 0] > 0.8) & (plain_image[..., 1] < 0.3) & (plain_image[..., 2] < 0.3)).any()
     with pytest.raises(SystemExit):
-        main([str(npz), "--index", "1", "--gold", str(gold), "--one-based", "--out", str(tmp_path / "p")])
-    with pytest.raises(ValueError, match=r"\[\(2, 1\)\] \(0-based\) fall outside the 2 source x 2.*--one-based"):
+        main([str(npz), "index=1", f"gold={gold}", "one_based=true", f"out={tmp_path / 'p'}"])
+    with pytest.raises(ValueError, match=r"\[\(2, 1\)\] \(0-based\) fall outside the 2 source x 2.*one_based=true"):
         plot_alignment(np.eye(2), ["a", "b"], ["c", "d"], tmp_path / "x.png", sure={(2, 1)}, words=True)
 
 

@@ -95,7 +95,7 @@ def test_a_run_scored_on_another_test_set_is_refused(tiny_runs, other_test_set_r
     with pytest.raises(ReportError, match=r"refused to compare valid_as_test with 0_additive_luong: .*other "
                                           r"test sources .* one report per test set"):
         build_report([runs[0], other_test_set_run])
-    assert main([str(runs[0]), str(other_test_set_run), "--out", str(tmp_path / "out")]) == 1
+    assert main([str(runs[0]), str(other_test_set_run), f"out={tmp_path / 'out'}"]) == 1
     assert "error: refused to compare" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()  # nothing written
 
@@ -169,15 +169,16 @@ def test_sweeps_globs_and_unfinished_runs(tiny_runs, tmp_path):
 def test_baseline_and_command_line(tiny_runs, tmp_path, capsys):
     sweep, runs = tiny_runs
     out = tmp_path / "out"
-    code = main([str(sweep), "--out", str(out), "--baseline", runs[1].name, "--sentences", "1",
-                 "--disagreements", "2", "--samples", "100"])
+    code = main([str(sweep), f"out={out}", f"baseline={runs[1].name}", "sentences=1", "disagreements=2",
+                 "samples=100"])
     assert code == 0 and capsys.readouterr().out.strip() == str(out / "index.html")
     summary = (out / "summary.md").read_text(encoding="utf-8")
     assert f"Baseline: **{runs[1].name}**" in summary and "(100 resamples)" in summary
-    with pytest.raises(SystemExit):
-        main([str(sweep), "--out", str(out), "--sources", "x"])
-    assert main([str(sweep), "--out", str(out), "--baseline", "nope"]) == 1
-    assert "no such run; give one of 0_additive_luong, 1_dot_luong" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        main([str(sweep), f"out={out}", "sources=x"])
+    assert info.value.code == 2 and "error: sources= and references= go together" in capsys.readouterr().err
+    assert main([str(sweep), f"out={out}", "baseline=nope"]) == 1
+    assert "baseline=nope: no such run; give one of 0_additive_luong, 1_dot_luong" in capsys.readouterr().err
 
 
 def test_gold_alignment_scores_are_nmt_aer(tiny_runs, tmp_path):
@@ -196,3 +197,32 @@ def test_gold_alignment_scores_are_nmt_aer(tiny_runs, tmp_path):
     assert "argmax_target, shift 0" in scores.method
     panel = scores.panels[0][0]
     assert panel.sure == gold.sure[0] and panel.matrix.shape == (len(targets[0].split()), len(sources[0].split()))
+
+
+def test_gold_threads_and_device_settings(tiny_runs, tmp_path, capsys):
+    """With gold= the report runs the models: threads=1 device=cpu are taken (and threads= sets torch's CPU
+    threads); threads=0, a negative count and an unknown device are usage errors before any work."""
+    import torch
+
+    gold_dir = Path(os.environ["NMT_DATA_DIR"]) / "align_deen_bicici100"
+    sweep, runs = tiny_runs
+    gold = [f"gold={gold_dir / 'de-en.wa.gz'}", f"src={gold_dir / 'test.de.gz'}", f"tgt={gold_dir / 'test.en.gz'}"]
+    for bad, message in (("threads=0", "threads=0: give a whole number of CPU threads >= 1"),
+                         ("threads=-2", "threads=-2: give a whole number of CPU threads >= 1"),
+                         ("threads=two", "threads=: invalid int value: 'two'"),
+                         ("device=tpu", "device=tpu is not a device")):
+        with pytest.raises(SystemExit) as info:
+            main([str(sweep), f"out={tmp_path / 'bad'}", *gold, bad])
+        err = capsys.readouterr().err
+        assert info.value.code == 2 and message in err, err
+    assert not (tmp_path / "bad").exists()
+    out = tmp_path / "out"
+    torch.set_num_threads(2)
+    try:
+        code = main([str(runs[0]), f"out={out}", *gold, "threads=1", "device=cpu", "gold_sentences=[0]",
+                     "sentences=[1]", "disagreements=1"])
+        assert code == 0 and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(1)
+    assert capsys.readouterr().out.strip() == str(out / "index.html")
+    assert "AER" in (out / "summary.md").read_text(encoding="utf-8")

@@ -152,11 +152,11 @@ def test_command_line_reports_success_once_on_stdout(three_checkpoints, tmp_path
     """As a program: the "wrote" line on stdout and nothing on stderr (no second report through logging);
     a warning (one checkpoint only) still reaches stderr."""
     _, paths, _ = three_checkpoints
-    proc = subprocess.run([sys.executable, "-m", "nmt.average", *map(str, paths[:2]), "--out", str(tmp_path / "a.pt")],
+    proc = subprocess.run([sys.executable, "-m", "nmt.average", *map(str, paths[:2]), f"out={tmp_path / 'a.pt'}"],
                           check=False, capture_output=True, text=True, timeout=120, cwd=REPO)
     assert proc.returncode == 0 and proc.stderr == ""
     assert proc.stdout == f"wrote {tmp_path / 'a.pt'} (mean of {paths[0]}, {paths[1]})\n"
-    proc = subprocess.run([sys.executable, "-m", "nmt.average", str(paths[0]), "--out", str(tmp_path / "b.pt")],
+    proc = subprocess.run([sys.executable, "-m", "nmt.average", str(paths[0]), f"out={tmp_path / 'b.pt'}"],
                           check=False, capture_output=True, text=True, timeout=120, cwd=REPO)
     assert proc.returncode == 0
     assert proc.stderr == (f"python -m nmt.average: warning: only one checkpoint ({paths[0]}): the output is a "
@@ -164,7 +164,7 @@ def test_command_line_reports_success_once_on_stdout(three_checkpoints, tmp_path
 
 
 def test_command_line_one_warning_when_fewer_than_asked(three_checkpoints, tmp_path):
-    """--best 3 on a run with one step checkpoint: one prefixed warning line saying both things (fewer than
+    """best=3 on a run with one step checkpoint: one prefixed warning line saying both things (fewer than
     asked, a weights-only copy), not two overlapping ones; with two of three, "averaging all of them"."""
     _, paths, _ = three_checkpoints
     for kept in (1, 2):
@@ -172,8 +172,8 @@ def test_command_line_one_warning_when_fewer_than_asked(three_checkpoints, tmp_p
         (run / "checkpoints").mkdir(parents=True)
         for path in paths[:kept]:
             shutil.copy(path, run / "checkpoints" / path.name)
-        proc = subprocess.run([sys.executable, "-m", "nmt.average", str(run), "--best", "3", "--out",
-                               str(run / "avg.pt")], check=False, capture_output=True, text=True, timeout=120, cwd=REPO)
+        proc = subprocess.run([sys.executable, "-m", "nmt.average", str(run), "best=3", f"out={run / 'avg.pt'}"],
+                              check=False, capture_output=True, text=True, timeout=120, cwd=REPO)
         assert proc.returncode == 0 and proc.stdout.startswith(f"wrote {run / 'avg.pt'}")
         lines = proc.stderr.splitlines()
         assert len(lines) == 1 and lines[0].startswith("python -m nmt.average: warning: "), proc.stderr
@@ -184,25 +184,26 @@ def test_command_line_one_warning_when_fewer_than_asked(three_checkpoints, tmp_p
 
 def test_command_line(three_checkpoints, tmp_path, capsys):
     _, paths, states = three_checkpoints
-    assert main([str(p) for p in paths[:2]] + ["--out", str(tmp_path / "a.pt")]) == 0
+    assert main([str(p) for p in paths[:2]] + [f"out={tmp_path / 'a.pt'}"]) == 0
     payload = torch.load(tmp_path / "a.pt", weights_only=True)
     key = "decoder.cells.0.weight_hh"
     torch.testing.assert_close(payload["model"][key], (states[0][key] + states[1][key]) / 2)
-    assert main([str(tmp_path / "missing.pt"), "--out", str(tmp_path / "b.pt")]) == 1
+    assert main([str(tmp_path / "missing.pt"), f"out={tmp_path / 'b.pt'}"]) == 1
     assert "missing.pt" in capsys.readouterr().err
-    # --out naming one of the inputs would replace that checkpoint: refused, the file unchanged
+    # out= naming one of the inputs would replace that checkpoint: refused, the file unchanged
     before = paths[0].read_bytes()
-    assert main([str(p) for p in paths[:2]] + ["--out", str(paths[0])]) == 1
-    assert "is one of the checkpoints being averaged" in capsys.readouterr().err
+    assert main([str(p) for p in paths[:2]] + [f"out={paths[0]}"]) == 1
+    assert f"out={paths[0]} is one of the checkpoints being averaged" in capsys.readouterr().err
     assert paths[0].read_bytes() == before
-    # an --out that cannot be written is an error before any checkpoint is loaded (it was a traceback after)
-    assert main([str(p) for p in paths[:2]] + ["--out", str(tmp_path / "a.pt" / "x.pt")]) == 1
-    assert capsys.readouterr().err.strip() == (f"python -m nmt.average: error: --out={tmp_path}/a.pt/x.pt: "
+    # an out= that cannot be written is an error before any checkpoint is loaded (it was a traceback after)
+    assert main([str(p) for p in paths[:2]] + [f"out={tmp_path / 'a.pt' / 'x.pt'}"]) == 1
+    assert capsys.readouterr().err.strip() == (f"python -m nmt.average: error: out={tmp_path}/a.pt/x.pt: "
                                                f"{tmp_path}/a.pt is a file, not a folder")
-    for bad in (["--best", "0"], ["--last", "-2"]):  # -2 used to average all but the two oldest
+    for bad, key in (("best=0", "best="), ("last=-2", "last=")):  # -2 used to average all but the two oldest
         with pytest.raises(SystemExit) as info:
-            main([str(tmp_path), "--out", str(tmp_path / "c.pt"), *bad])
-        assert info.value.code == 2 and "at least 1" in capsys.readouterr().err
+            main([str(tmp_path), f"out={tmp_path / 'c.pt'}", bad])
+        err = capsys.readouterr().err
+        assert info.value.code == 2 and f"error: {key} takes a number of checkpoints, at least 1" in err, err
     assert not (tmp_path / "c.pt").exists()
 
 
@@ -232,10 +233,10 @@ def test_checkpoints_of_another_run_are_refused_unless_asked(three_checkpoints, 
     checkpoint.save(other, build_model(cfg.model, cfg.decoder, cfg.attention, len(tokenizer), len(tokenizer)), cfg,
                     tokenizer, tokenizer, progress={"step": 10})
     with pytest.raises(CheckpointError, match=r"seed7\.pt: comes from another training run .*seed differs; seed 7 "
-                                              r"vs 1234.*--other-runs"):
+                                              r"vs 1234.*other_runs=true"):
         average_checkpoints([paths[0], other], tmp_path / "out.pt")
     assert not (tmp_path / "out.pt").exists()
     payload = average_checkpoints([paths[0], other], tmp_path / "out.pt", other_runs=True)
     assert payload["averaged"] == {"checkpoints": [str(paths[0]), str(other)], "steps": [10, 10]}
-    assert main([str(paths[0]), str(other), "--out", str(tmp_path / "cli.pt")]) == 1
-    assert main([str(paths[0]), str(other), "--out", str(tmp_path / "cli.pt"), "--other-runs"]) == 0
+    assert main([str(paths[0]), str(other), f"out={tmp_path / 'cli.pt'}"]) == 1
+    assert main([str(paths[0]), str(other), f"out={tmp_path / 'cli.pt'}", "other_runs=true"]) == 0
