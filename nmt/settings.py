@@ -46,7 +46,8 @@ def command_name(script: str, installed: str) -> str:
 
 
 TRAIN_PATHS = ("data.dir", "data.file", "data.train_src", "data.train_tgt", "data.valid_src", "data.valid_tgt",
-               "data.test_src", "data.test_tgt", "data.extra_train", "train.resume")
+               "data.test_src", "data.test_tgt", "data.extra_train", "train.resume", "eval.gold.links",
+               "eval.gold.bitext", "eval.gold.paths")
 
 
 TRANSLATE_PATHS = ("checkpoint", "input", "output", "alignments", "reference", "plots", "nbest")
@@ -55,8 +56,9 @@ TRANSLATE_PATHS = ("checkpoint", "input", "output", "alignments", "reference", "
 def absolute_paths(cfg: DictConfig, keys: tuple[str, ...]) -> None:
     """Make the relative paths at the dotted ``keys`` absolute, against the directory the command was run from
     (Hydra's original working directory), so they stay right whatever ``hydra.job.chdir`` is. A list has its
-    paths (``checkpoint=[A,B]``) or the files of its entries (``data.extra_train``) made absolute. ``-`` (stdin or
-    stdout), null and absent keys are left alone."""
+    paths (``checkpoint=[A,B]``) or the files of its entries (``data.extra_train``) made absolute, a mapping
+    (``eval.gold.paths``: language -> file) its values. ``-`` (stdin or stdout), null and absent keys are left
+    alone."""
     for key in keys:
         value = OmegaConf.select(cfg, key)
         if isinstance(value, ListConfig):  # data.extra_train: entries {paths: {LANG: FILE}} or {tsv: FILE}
@@ -69,6 +71,9 @@ def absolute_paths(cfg: DictConfig, keys: tuple[str, ...]) -> None:
                 if isinstance(entry.get("paths"), DictConfig):
                     for lang, path in entry.paths.items():
                         entry.paths[lang] = to_absolute_path(str(path))
+        elif isinstance(value, DictConfig):  # eval.gold.paths: {LANG: FILE}
+            for name, path in value.items():
+                value[name] = to_absolute_path(str(path))
         elif value and value != "-":
             OmegaConf.update(cfg, key, to_absolute_path(str(value)))
 

@@ -15,6 +15,7 @@ columns, mean over its target rows), then linked per target word (``argmax_targe
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -162,8 +163,20 @@ def load_aligner(path: str | Path, device: str | torch.device = "cpu", lowercase
         FileNotFoundError / nmt.checkpoint.CheckpointError, as :func:`nmt.checkpoint.load`.
     """
     model, cfg, src_tok, tgt_tok, _ = checkpoint.load(checkpoint.run_model(path), map_location=device)
-    lower = lowercase == "true" or (lowercase == "auto" and Normalizer.from_config(
-        cfg.data.get("normalize"), cfg.data.src_lang).lowercase)
-    normalizer = Normalizer(cfg.data.src_lang, lowercase=lower)
-    return (model, src_tok, tgt_tok, lambda lines: normalizer.lines(lines, keep_tokens=True),
+    return (model, src_tok, tgt_tok, aligner_input(cfg.data, lowercase),
             (str(cfg.data.src_lang), str(cfg.data.tgt_lang)))
+
+
+def aligner_input(data, lowercase: str = "auto") -> Callable[[list[str]], list[str]]:
+    """How the lines to align are prepared for a model trained with the data settings ``data`` (``cfg.data``):
+    the token-preserving part of ``data.normalize`` (nmt.data.normalize.Normalizer.keep_tokens: lowercasing, no
+    token split or joined, so gold word positions stay valid) when ``lowercase="auto"`` and it was on, always for
+    ``"true"``, never for ``"false"``. Both sides are prepared with the source language's rules.
+
+    Returns:
+        ``prepare(lines) -> lines``, one output line per input line.
+    """
+    lower = lowercase == "true" or (lowercase == "auto" and Normalizer.from_config(
+        data.get("normalize"), data.src_lang).lowercase)
+    normalizer = Normalizer(data.src_lang, lowercase=lower)
+    return lambda lines: normalizer.lines(lines, keep_tokens=True)

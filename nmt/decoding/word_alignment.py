@@ -14,10 +14,12 @@ Special tokens (``</s>``, ``<s>``, ``<pad>``) belong to no word: their rows and 
 
 Two extensions for the alignment experiments:
 
-* ``shift=1`` reads hypothesis piece ``t`` from attention row ``t + 1``: the decoder often attends to a word one
+* ``shift=1`` reads hypothesis piece ``t`` from attention row ``t + 1``, for a decoder that attends to a word one
   step late, while it emits the *next* word (Luong et al. 2015 extract from step t; shifting is a common fix for
   attention-based alignment). The first row is dropped; the ``</s>`` row exists, so the last real piece still
-  has a row.
+  has a row. Row t is the attention computed for emitting piece t (from h_t in Luong's decoder, from s_{t-1} in
+  Bahdanau's), and on a task with a known alignment that row is piece t's for every decoder style, with and without
+  input feeding (docs/alignment.md, "Which step belongs to target word t"): ``shift=0`` is the default for all.
 * :func:`symmetrize` combines the links of two models trained in opposite directions: ``intersection``,
   ``union``, ``grow-diag``, ``grow-diag-final`` and ``grow-diag-final-and`` (Koehn, Axelrod, Birch Mayne,
   Callison-Burch, Osborne and Talbot 2005, "Edinburgh System Description for the 2005 IWSLT Speech Translation

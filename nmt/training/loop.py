@@ -21,6 +21,7 @@ from nmt.models.precision import FP32, Precision
 from nmt.settings import command_name, override
 from nmt.training.distributed import Distributed
 from nmt.training.ema import ExponentialMovingAverage
+from nmt.training.gold import load_gold
 from nmt.training.meter import Meter
 from nmt.training.schedule import BudgetDecay
 from nmt.training.shards import UpdateBatches, share_validation
@@ -89,6 +90,7 @@ class _Run:
         self.start = time.monotonic() - progress.train_seconds
         self.meter = Meter(self.t, progress, enabled=dist.is_main)
         self.board = Board(run_dir, bool(self.t.get("tensorboard")) and dist.is_main)  # train.tensorboard
+        self.gold = load_gold(cfg) if dist.is_main else None  # eval.gold: AER at every validation
         self.updates = UpdateBatches(self.t.batch_tokens, self.t.get("accum_steps") or 1, dist)
         self.elapsed = progress.train_seconds  # the longest of the ranks' clocks at the last agreement
         self.recent = deque(maxlen=DIVERGENCE_WINDOW)  # (summed loss, target tokens) of this rank's last updates
@@ -106,7 +108,8 @@ class _Run:
             if self.dist.is_main:
                 stop = validate(self.cfg, self.model, self.optimizer, self.scheduler, self.valid_pairs, self.valid,
                                 self.toks, self.run_dir, self.device, progress,
-                                self.meter.record() if self.meter.steps else {}, self.ema, rngs, self.board) or stop
+                                self.meter.record() if self.meter.steps else {}, self.ema, rngs, self.board,
+                                self.gold) or stop
             stop = share_validation(self.dist, progress, self.optimizer, self.scheduler, stop)
             self.meter.reset()  # validation time is not training time
         return stop

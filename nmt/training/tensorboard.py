@@ -1,7 +1,8 @@
 """TensorBoard logging of a run (``train.tensorboard=true``), for ``tensorboard --logdir outputs/``.
 
 Into ``RUN/tensorboard/`` (rank 0 alone): the training loss (nats per target token), the learning rate and
-target tokens/s every ``TRAIN_EVERY`` steps; every figure of a validation (the record ``metrics.jsonl`` gets);
+target tokens/s every ``TRAIN_EVERY`` steps; every figure of a validation (the record ``metrics.jsonl`` gets, the
+gold-set AER, precision and recall of ``eval.gold`` under ``alignment/``);
 and at the end the run's main settings with its final scores (``add_hparams``), so that TensorBoard's
 HParams tab compares runs. The ``tensorboard`` package is optional (``pip install "nmt[tensorboard]"``).
 """
@@ -12,6 +13,10 @@ import numbers
 from pathlib import Path
 
 TRAIN_EVERY = 10  # steps between the training scalars
+
+# the gold-set figures of a validation record (eval.gold, nmt.training.gold) -> their TensorBoard tags
+ALIGNMENT_FIGURES = {"aer": "alignment/aer", "alignment_precision": "alignment/precision",
+                     "alignment_recall": "alignment/recall"}
 
 # the settings shown in TensorBoard's HParams tab: (name there, dotted key of the config)
 HPARAMS = (("attention", "attention._target_"), ("decoder_style", "decoder.style"), ("emb_size", "model.emb_size"),
@@ -69,13 +74,16 @@ class Board:
         self.writer.add_scalar("train/tokens_per_sec", tokens_per_sec, step)
 
     def validation(self, record: dict) -> None:
-        """The validation figures of a ``metrics.jsonl`` record (``valid_bleu`` -> ``valid/bleu``, ...) and the
+        """The validation figures of a ``metrics.jsonl`` record (``valid_bleu`` -> ``valid/bleu``, ...; with
+        ``eval.gold`` ``aer`` -> ``alignment/aer``, ``alignment_precision`` -> ``alignment/precision``, ...) and the
         training time (``time/minutes``) at its step; the training figures come every ``TRAIN_EVERY`` steps."""
         if self.writer is None:
             return
         for name, value in record.items():
             if name.startswith("valid_") and isinstance(value, numbers.Number):
                 self.writer.add_scalar(f"valid/{name.removeprefix('valid_')}", value, record["step"])
+            elif name in ALIGNMENT_FIGURES and isinstance(value, numbers.Number):
+                self.writer.add_scalar(ALIGNMENT_FIGURES[name], value, record["step"])
         if isinstance(record.get("elapsed_sec"), numbers.Number):  # the training time so far, validation included
             self.writer.add_scalar("time/minutes", record["elapsed_sec"] / 60, record["step"])
         self.writer.flush()

@@ -24,6 +24,7 @@ from nmt.decoding.scoring import greedy_bleu
 from nmt.models import checkpoint
 from nmt.training.average import select_checkpoints
 from nmt.training.ema import ExponentialMovingAverage
+from nmt.training.gold import GoldSet, describe
 from nmt.training.loss import loss_fn
 from nmt.training.state import Progress, save_state
 
@@ -46,8 +47,9 @@ def validation_loss(model, pairs, batch_tokens: int, device) -> float:
 
 def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, toks, run_dir, device,
              progress: Progress, record: dict, ema: ExponentialMovingAverage | None = None,
-             rank_rngs: list | None = None, board=None) -> str | None:
-    """Validation loss/perplexity and greedy BLEU; checkpoints; metrics.jsonl. Returns a stop reason or None.
+             rank_rngs: list | None = None, board=None, gold: GoldSet | None = None) -> str | None:
+    """Validation loss/perplexity and greedy BLEU (and, with ``gold``, AER on the gold alignment set:
+    :mod:`nmt.training.gold`); checkpoints; metrics.jsonl. Returns a stop reason or None.
 
     ``best.pt`` and the step checkpoint are written before ``last.pt``, so the best BLEU that ``last.pt``
     records is on disk even when the process is killed between the writes; the time the checkpoints record
@@ -63,16 +65,17 @@ def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, tok
     with ema.applied() if ema is not None else nullcontext():
         valid_loss = validation_loss(model, valid_pairs, cfg.train.batch_tokens, device)
         bleu = greedy_bleu(model, *toks, valid.src, valid.tgt, cfg.decode, device, cfg.data.tgt_lang)
+        alignment = gold.score(model, toks, device) if gold is not None else {}  # eval.gold
     model.train()
     progress.train_seconds += time.monotonic() - began  # the budget counts validation: one clock for every figure
     record = {"step": progress.step, "epoch": progress.epoch, **record, "valid_loss": valid_loss,
-              "valid_ppl": math.exp(min(valid_loss, 50)), "valid_bleu": bleu, "lr": optimizer.param_groups[0]["lr"],
-              "elapsed_sec": round(progress.train_seconds, 1)}
+              "valid_ppl": math.exp(min(valid_loss, 50)), "valid_bleu": bleu, **alignment,
+              "lr": optimizer.param_groups[0]["lr"], "elapsed_sec": round(progress.train_seconds, 1)}
     append_record(run_dir / "metrics.jsonl", record)
     if board is not None:  # train.tensorboard: the same figures (nmt.training.tensorboard.Board)
         board.validation(record)
-    log.info("step %d: valid loss %.3f ppl %.2f BLEU %.2f (%.0f tok/s)", progress.step, valid_loss,
-             record["valid_ppl"], bleu, record.get("tokens_per_sec", 0.0))
+    log.info("step %d: valid loss %.3f ppl %.2f BLEU %.2f%s (%.0f tok/s)", progress.step, valid_loss,
+             record["valid_ppl"], bleu, describe(record), record.get("tokens_per_sec", 0.0))
     improved = bleu > progress.best_bleu
     if improved:
         progress.best_bleu, progress.best_step, progress.bad_validations = bleu, progress.step, 0
