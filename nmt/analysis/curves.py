@@ -5,7 +5,9 @@
 Reads ``metrics.jsonl`` of each run folder (one record per validation, written by nmt.training; the file itself
 may be given), prints a table per run, a one-line summary (best validation BLEU and where, and the BLEU gained
 over the last validations per 1,000 steps, which says whether more training would still help) and, with
-``out=``, plots validation BLEU and perplexity of all runs side by side (matplotlib).
+``out=``, plots validation BLEU and perplexity of all runs side by side (matplotlib). Runs trained with
+``eval.gold`` (a gold alignment set) also have the AER of their attention at every validation: a column of the
+table, the best AER in the summary, and a third panel of the plot.
 """
 
 from __future__ import annotations
@@ -120,30 +122,47 @@ def read_curve(run_dir: str | Path, label: str | None = None) -> Curve:
     return Curve(label or run_dir.resolve().name, [by_step[step] for step in sorted(by_step)])
 
 
+def has_aer(curve: Curve) -> bool:
+    """Whether the run recorded the AER of its attention on a gold set (``eval.gold``) at some validation."""
+    return any(r.get("aer") is not None for r in curve.records)
+
+
 def format_table(curve: Curve) -> str:
-    """A text table of one run: step, epoch, minutes, validation BLEU, perplexity, learning rate, tokens/s."""
-    lines = [f"# {curve.label}", f"{'step':>7} {'epoch':>5} {'min':>6} {'BLEU':>6} {'ppl':>7} {'lr':>9} {'tok/s':>6}"]
+    """A text table of one run: step, epoch, minutes, validation BLEU, perplexity, learning rate, tokens/s, and
+    the AER in % (``-`` where a validation has none) when the run recorded it."""
+    aer = has_aer(curve)
+    lines = [f"# {curve.label}", f"{'step':>7} {'epoch':>5} {'min':>6} {'BLEU':>6} {'ppl':>7} {'lr':>9} {'tok/s':>6}"
+             + (f" {'AER%':>6}" if aer else "")]
     columns = [curve.column(key) for key in ("step", "epoch", "minutes", "valid_bleu", "valid_ppl", "lr",
-                                             "tokens_per_sec")]
-    for step, epoch, minutes, bleu, ppl, lr, speed in zip(*columns):
-        lines.append(f"{step:>7} {epoch:>5} {minutes:>6.1f} {bleu:>6.2f} {ppl:>7.2f} {lr:>9.2e} {speed:>6.0f}")
+                                             "tokens_per_sec", "aer")]
+    for step, epoch, minutes, bleu, ppl, lr, speed, error in zip(*columns):
+        lines.append(f"{step:>7} {epoch:>5} {minutes:>6.1f} {bleu:>6.2f} {ppl:>7.2f} {lr:>9.2e} {speed:>6.0f}"
+                     + ("" if not aer else f" {100 * error:>6.1f}" if math.isfinite(error) else f" {'-':>6}"))
     return "\n".join(lines)
 
 
 def summary(curve: Curve) -> str:
-    """One line: best validation BLEU, its step, the last one and the recent slope in BLEU per 1,000 steps."""
+    """One line: best validation BLEU, its step, the last one and the recent slope in BLEU per 1,000 steps; and
+    the best AER with its step and the last one, when the run recorded it."""
     best, last = curve.best(), curve.records[-1]
     slope, used = curve.recent_slope(), min(TREND_MIN_POINTS, len(curve.finite()))
     trend = (f"n/a (needs {TREND_MIN_POINTS} validations over at least {TREND_MIN_STEPS} steps)" if slope is None
              else f"{slope:+.2f} BLEU per 1k steps over the last {used} validations")
     diverged = len(curve.records) - len(curve.finite())
     best_text = "no finite BLEU" if best is None else f"{best['valid_bleu']:.2f} at step {best['step']}"
+    alignment = ""
+    if has_aer(curve):
+        scored = [r for r in curve.records if r.get("aer") is not None]
+        lowest = min(scored, key=lambda r: (r["aer"], r["step"]))
+        alignment = (f"; best AER {100 * lowest['aer']:.1f}% at step {lowest['step']}, last "
+                     f"{100 * scored[-1]['aer']:.1f}% at step {scored[-1]['step']}")
     return (f"{curve.label}: best valid BLEU {best_text}; last {last['valid_bleu']:.2f} at step {last['step']}; "
-            f"trend {trend}" + (f"; {diverged} validation(s) with NaN BLEU (diverged?)" if diverged else ""))
+            f"trend {trend}" + alignment + (f"; {diverged} validation(s) with NaN BLEU (diverged?)" if diverged
+                                            else ""))
 
 
 def plot_curves(curves: list[Curve], out: str | Path, x: str = "step") -> Path:
-    """Plot validation BLEU and perplexity of ``curves`` against ``x`` (``step`` or ``minutes``) into ``out``
+    """Plot validation BLEU and perplexity of ``curves`` (and the AER, when a run recorded it) against ``x`` (``step`` or ``minutes``) into ``out``
     (its folder is created; the format follows the suffix: any format matplotlib writes, e.g. png, pdf, svg).
 
     Raises:
@@ -163,19 +182,24 @@ def plot_curves(curves: list[Curve], out: str | Path, x: str = "step") -> Path:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FormatStrFormatter
 
-    fig, (ax_bleu, ax_ppl) = plt.subplots(1, 2, figsize=(11, 4.5 if len(curves) <= 5 else 5.5))
+    panels = [("valid_bleu", "validation BLEU (greedy)", "validation BLEU"),
+              ("valid_ppl", "validation perplexity", "validation perplexity (log scale)")]
+    if any(has_aer(curve) for curve in curves):
+        panels.append(("aer", "AER (%) on the gold set", "alignment error rate of the attention"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.5 if len(curves) <= 5 else 5.5))
+    ax_bleu = axes[0]
     styles = ["-", "--", ":", "-."]
     for i, curve in enumerate(curves):
         xs, style = curve.column(key), styles[(i // 10) % len(styles)]  # colours repeat after 10 runs
-        ax_bleu.plot(xs, curve.column("valid_bleu"), style, marker="o", markersize=3, label=curve.label)
-        ax_ppl.plot(xs, curve.column("valid_ppl"), style, marker="o", markersize=3, label=curve.label)
-    ax_bleu.set(xlabel=xlabel, ylabel="validation BLEU (greedy)", title="validation BLEU")
-    ax_ppl.set(xlabel=xlabel, ylabel="validation perplexity", title="validation perplexity (log scale)",
-               yscale="log")
-    ax_ppl.yaxis.set_major_formatter(FormatStrFormatter("%g"))
-    ax_ppl.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
-    for ax in (ax_bleu, ax_ppl):
+        for ax, (column, _, _) in zip(axes, panels):
+            ys = [100 * y for y in curve.column(column)] if column == "aer" else curve.column(column)
+            ax.plot(xs, ys, style, marker="o", markersize=3, label=curve.label)
+    for ax, (column, ylabel, title) in zip(axes, panels):
+        ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
         ax.grid(alpha=0.3)
+    axes[1].set_yscale("log")
+    axes[1].yaxis.set_major_formatter(FormatStrFormatter("%g"))
+    axes[1].yaxis.set_minor_formatter(FormatStrFormatter("%g"))
     if len(curves) <= 5:
         ax_bleu.legend(fontsize=8)
         fig.tight_layout()

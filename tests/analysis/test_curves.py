@@ -184,3 +184,21 @@ def test_many_runs_and_repeated_labels(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "runs share the label(s) run0; name them with labels=[...]" in captured.err and "# run0" not in captured.out
     assert out.read_text(encoding="utf-8").count("run10") >= 1  # the eleventh run is in the legend
+
+
+def test_aer_column_summary_and_panel_for_runs_with_a_gold_set(tmp_path, capsys):
+    aers = [0.62, 0.48, None, 0.51]  # the third validation has no AER: shown as "-", never the best
+    with_gold = write_run(tmp_path / "gold", [{**record(step, bleu), "aer": aer} for step, bleu, aer in
+                                              zip((250, 500, 750, 1000), (10.0, 14.0, 15.0, 15.5), aers)])
+    plain = write_run(tmp_path / "plain", [record(500, 12.0), record(1000, 16.0)])
+    curve = curves.read_curve(with_gold)
+    rows = curves.format_table(curve).splitlines()
+    assert rows[1].split()[-1] == "AER%" and [row.split()[-1] for row in rows[2:]] == ["62.0", "48.0", "-", "51.0"]
+    assert "best AER 48.0% at step 500, last 51.0% at step 1000" in curves.summary(curve)
+    assert "AER" not in curves.format_table(curves.read_curve(plain)) + curves.summary(curves.read_curve(plain))
+    import matplotlib.image
+
+    two = curves.plot_curves([curves.read_curve(plain)], tmp_path / "two.png")
+    three = curves.plot_curves([curves.read_curve(plain), curve], tmp_path / "three.png")
+    width = {name: matplotlib.image.imread(path).shape[1] for name, path in (("two", two), ("three", three))}
+    assert width["three"] == pytest.approx(1.5 * width["two"], rel=0.01)  # a third panel, as wide as the others
