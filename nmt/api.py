@@ -5,6 +5,7 @@
     best = tr.translate(["Ein Mann fährt Fahrrad."], beam_size=5)[0]
     best.text, best.score, best.alignment                    # str, float, [len(hyp_pieces), len(src_pieces)]
     forced = tr.align(["Ein Mann fährt Fahrrad."], ["A man rides a bike."])[0]
+    forced.heads                                             # multi-head attention: [heads, T, S], else None
 
 Decoding runs exactly as ``translate.py`` does (same search, batching, length limits, normalization of the
 input for models trained on normalized text); ``nmt.decoding.word_alignment.merge_to_words`` turns a
@@ -21,6 +22,7 @@ import numpy as np
 import torch
 
 from nmt.analysis.forced import force_align
+from nmt.analysis.heads import parse_head, with_head
 from nmt.data.normalize import Normalizer
 from nmt.decoding.ensemble import Ensemble, load_ensemble
 from nmt.decoding.options import check_decoding
@@ -115,7 +117,8 @@ class Translator:
                 ``coverage_penalty``, ``max_len_a``, ``max_len_b``, ``mbr``, ``batch_size``, ``max_src_len``, ...
         Returns:
             one :class:`Translation` per sentence (``text``, ``score``, ``log_prob``, ``src_pieces``,
-            ``hyp_pieces``, ``alignment`` ``[len(hyp_pieces), len(src_pieces)]``), in input order; with
+            ``hyp_pieces``, ``alignment`` ``[len(hyp_pieces), len(src_pieces)]``, and for a multi-head attention
+            model ``heads`` ``[heads, len(hyp_pieces), len(src_pieces)]``), in input order; with
             ``n_best > 1``, a list of the ``n_best`` best per sentence, best first.
         Raises:
             TypeError: for sentences that are not strings.
@@ -134,18 +137,28 @@ class Translator:
         return [block[0] for block in blocks] if n_best == 1 else blocks
 
     def align(self, sources: str | Sequence[str], targets: str | Sequence[str],
-              batch_size: int = 64) -> list[Translation]:
+              batch_size: int = 64, head: str | int = "mean") -> list[Translation]:
         """Forced alignment (as ``python -m nmt.align``): the model's attention while it reads each target line
         as its own output. A model trained on lowercased text sees both sides lowercased; nothing else changes,
         so word positions stay those of the input.
 
+        Args:
+            head: for a multi-head attention model, the matrix in ``alignment``: ``"mean"`` (the heads' mean) or
+                a 0-based head index (:mod:`nmt.analysis.heads`; choose one on gold links with
+                :func:`nmt.analysis.heads.best_head`).
         Returns:
             one :class:`Translation` per pair: ``alignment`` ``[T, S]`` over ``hyp_pieces`` / ``src_pieces``
-            (both ending in ``</s>``), ``score`` the target's log-probability in nats (for an ensemble: the means
-            of the members' alignments and scores).
+            (both ending in ``</s>``), ``heads`` ``[heads, T, S]`` every head's matrix of a multi-head model (None
+            otherwise, and for an ensemble), ``score`` the target's log-probability in nats (for an ensemble: the
+            means of the members' alignments and scores).
         Raises:
-            ValueError: when the line counts differ, or ``batch_size < 1``.
+            ValueError: when the line counts differ, ``batch_size < 1``, or ``head`` is not ``"mean"`` or a head
+                index of this model (an ensemble has only the mean).
         """
+        head = parse_head(head) if isinstance(head, str) else head
+        if head == "best":
+            raise ValueError("head='best' needs gold links: choose with nmt.analysis.heads.best_head(translations, "
+                             "gold), then pass its index")
         sources, targets = ([sources] if isinstance(sources, str) else list(sources),
                             [targets] if isinstance(targets, str) else list(targets))
         prepare = self._keep_tokens.lines
@@ -153,7 +166,9 @@ class Translator:
         members = self.model.models if isinstance(self.model, Ensemble) else [self.model]
         each = [force_align(m, self.src_tok, self.tgt_tok, sources, targets, batch_size, self.device) for m in members]
         if len(each) == 1:
-            return each[0]
+            return with_head(each[0], head)
+        if head != "mean":
+            raise ValueError(f"head={head}: an ensemble's alignment is the mean of its members'; use head='mean'")
         return [replace(first, alignment=np.mean([r[i].alignment for r in each], axis=0).astype(np.float32),
-                        score=float(np.mean([r[i].score for r in each])))
+                        score=float(np.mean([r[i].score for r in each])), heads=None)
                 for i, first in enumerate(each[0])]

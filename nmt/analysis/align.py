@@ -15,6 +15,7 @@ Command line (key=value, like translate.py, but parsed here without Hydra)::
                         [reverse_checkpoint=PATH [method=grow-diag-final-and|intersection|union|...]
                          [direction_method=argmax_target]
                          | reverse_checkpoint=PATH combine=product|mean [method=argmax_target|...]]
+                        [head=mean|INDEX|best] [gold=FILE [gold_one_based=false]]
                         [batch_size=64] [device=auto]
 
 ``out`` gets one Pharaoh line ``i-j`` (source word, target word, 0-based) per input line (empty lines stay
@@ -25,14 +26,26 @@ float32 ``[len(target pieces), len(source pieces)]`` array per line, key = 0-bas
 ``argmax_target``: each target word of that model links to its argmax source word). With ``combine=product``
 (or ``mean``) the two directions' word-level soft alignments are combined before extraction
 (:func:`combined_links`) and ``method`` is one of the one-direction methods applied to the combined matrix.
+
+``head`` chooses the matrix that links are extracted from for a multi-head attention model
+(:mod:`nmt.analysis.heads`): ``mean`` (the default, the heads' mean: the matrix every model saves), a 0-based
+head index, or ``best``: the head with the lowest AER on the first half of the gold lines (``gold=FILE``, Pharaoh,
+0-based unless ``gold_one_based=true``, one line per sentence pair), which is then scored on the other half too;
+both AERs and the chosen head are printed. ``matrices`` always holds the model's combined matrices, plus every
+head's in ``FILE.heads.npz`` for a multi-head model. With ``gold`` the AER of the written links on all gold lines is
+printed as well. ``head`` other than ``mean`` works on one model, without ``reverse_checkpoint``.
 """
 
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Sequence
 
+from nmt.analysis.aer import aer
 from nmt.analysis.forced import combined_links, force_align, links, load_aligner, word_counts
+from nmt.analysis.gold import Alignments, AlignmentWarning, read_pharaoh
+from nmt.analysis.heads import best_head, parse_head, with_head
 from nmt.analysis.symmetrize import COMBINATIONS, SYMMETRIZATIONS, symmetrize
 from nmt.data.textio import atomic_write, read_lines
 from nmt.decoding.artifacts import check_npz_path, save_alignments
@@ -43,7 +56,8 @@ USAGE = ("usage: python -m nmt.align checkpoint=PATH src=FILE tgt=FILE out=FILE.
          "[method=argmax_target|argmax_source|threshold] [threshold=0.3] [shift=0] [temperature=1.0] "
          "[lowercase=auto|true|false] [reverse_checkpoint=PATH method=grow-diag-final-and|intersection|union|"
          "grow-diag|grow-diag-final direction_method=argmax_target | reverse_checkpoint=PATH combine=product|mean] "
-         "[batch_size=64] [device=auto] [threads=N]")
+         "[head=mean|INDEX|best] [gold=FILE.pharaoh [gold_one_based=false]] [batch_size=64] [device=auto] "
+         "[threads=N]")
 
 
 REQUIRED = ("checkpoint", "src", "tgt", "out")
@@ -51,7 +65,8 @@ REQUIRED = ("checkpoint", "src", "tgt", "out")
 
 DEFAULTS = {"matrices": None, "method": None, "threshold": "0.3", "shift": "0", "temperature": "1.0",
             "lowercase": "auto", "reverse_checkpoint": None, "combine": None,
-            "direction_method": "argmax_target", "batch_size": "64", "device": "auto", "threads": None}
+            "direction_method": "argmax_target", "head": "mean", "gold": None, "gold_one_based": "false",
+            "batch_size": "64", "device": "auto", "threads": None}
 
 
 KEYS = REQUIRED + tuple(DEFAULTS)
@@ -98,7 +113,24 @@ def parse_args(argv: Sequence[str]) -> dict:
         except ValueError as err:
             raise UsageError(str(err)) from None
     _resolve_method(opts)
+    _check_head(opts)
     return opts
+
+
+def _check_head(opts: dict) -> None:
+    """Parse ``head`` and ``gold_one_based`` and check that they fit the other options."""
+    try:
+        opts["head"] = parse_head(opts["head"])
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    if opts["gold_one_based"] not in ("true", "false"):
+        raise UsageError(f"gold_one_based={opts['gold_one_based']}; valid: true, false")
+    opts["gold_one_based"] = opts["gold_one_based"] == "true"
+    if opts["head"] == "best" and not opts["gold"]:
+        raise UsageError("head=best chooses the head with the lowest AER on the first half of a gold set: add "
+                         "gold=FILE (Pharaoh links, one line per sentence pair)")
+    if opts["head"] != "mean" and opts["reverse_checkpoint"]:
+        raise UsageError(f"head={opts['head']} chooses among one model's heads; with reverse_checkpoint use head=mean")
 
 
 def _key_values(argv: Sequence[str]) -> dict[str, str]:
@@ -140,55 +172,104 @@ def _resolve_method(opts: dict) -> None:
                          f"{'with' if reverse else 'without'} reverse_checkpoint: {', '.join(valid)}")
 
 
-def run(opts: dict) -> tuple[list[str], list[str]]:
+def run(opts: dict) -> tuple[list[str], list[str], list[str]]:
     """Align ``opts["src"]``/``opts["tgt"]`` as :func:`parse_args` describes; write ``out`` (and
-    ``matrices``); return the Pharaoh lines written and warnings (lines whose merged word counts differ from
-    their whitespace tokens).
+    ``matrices``); return the Pharaoh lines written, warnings (gold links out of range, lines whose merged word
+    counts differ from their whitespace tokens) and notes (the head ``head=best`` chose, AERs against ``gold``).
 
     Raises:
-        ValueError: source and target files with different line counts, a reverse checkpoint that does not
-            translate the other way, or an unusable ``device``; FileNotFoundError, nmt.checkpoint.CheckpointError
-            and nmt.data.textio.TextFileError name the file that is missing or unusable.
+        ValueError: source and target files with different line counts, a gold file with another number of
+            lines, a reverse checkpoint that does not translate the other way, a ``head`` index the model does not
+            have, or an unusable ``device``; FileNotFoundError, nmt.checkpoint.CheckpointError,
+            nmt.analysis.gold.AlignmentFormatError and nmt.data.textio.TextFileError name the file that is
+            missing or unusable.
     """
     set_threads(opts.get("threads"))
     device = pick_device(opts["device"])
     sources, targets = read_lines(opts["src"]), read_lines(opts["tgt"])
     if len(sources) != len(targets):
         raise ValueError(f"{opts['src']} has {len(sources)} lines but {opts['tgt']} has {len(targets)}")
+    gold, problems = _read_gold(opts, sources, targets)
     model, src_tok, tgt_tok, prepare, langs = load_aligner(opts["checkpoint"], device, opts["lowercase"])
     forward = force_align(model, src_tok, tgt_tok, prepare(sources), prepare(targets), opts["batch_size"], device)
     del model
     extract = {"threshold": opts["threshold"], "shift": opts["shift"], "temperature": opts["temperature"]}
     if opts["reverse_checkpoint"]:
-        r_model, r_src_tok, r_tgt_tok, r_prepare, r_langs = load_aligner(opts["reverse_checkpoint"], device,
-                                                                          opts["lowercase"])
-        if r_langs != langs[::-1]:
-            raise ValueError(f"reverse_checkpoint={opts['reverse_checkpoint']} translates {r_langs[0]}->{r_langs[1]}, "
-                             f"but checkpoint={opts['checkpoint']} translates {langs[0]}->{langs[1]}: the reverse "
-                             f"model must translate {langs[1]}->{langs[0]}")
-        backward = force_align(r_model, r_src_tok, r_tgt_tok, r_prepare(targets), r_prepare(sources),
-                               opts["batch_size"], device)
-        del r_model
-        lines = []
-        for fwd, bwd in zip(forward, backward):
-            if opts["combine"]:
-                lines.append(to_pharaoh(combined_links(fwd, bwd, opts["combine"], opts["method"], **extract)))
-                continue
-            f_links = links(fwd, opts["direction_method"], **extract)
-            b_links = [(s, t) for t, s in links(bwd, opts["direction_method"], **extract)]  # transpose
-            lines.append(to_pharaoh(symmetrize(f_links, b_links, opts["method"])))
+        found = _symmetrized(opts, forward, sources, targets, langs, device, extract)
+        notes, head = [], opts["head"]
     else:
-        lines = [to_pharaoh(links(t, opts["method"], **extract)) for t in forward]
+        aligned, notes, head = _apply_head(opts["head"], forward, gold,
+                                           lambda t: links(t, opts["method"], **extract))
+        found = [links(t, opts["method"], **extract) for t in aligned]
+    lines = [to_pharaoh(sentence) for sentence in found]
     atomic_write(opts["out"], "".join(line + "\n" for line in lines))
     if opts["matrices"]:
-        save_alignments(opts["matrices"], forward)
+        save_alignments(opts["matrices"], forward)  # the combined matrices (and every head's), whatever head=
+    if gold is not None:
+        notes.append(f"head={head}, all {len(gold)} gold lines: {aer(gold.sure, gold.possible, found)}")
     mismatched = [i + 1 for i, t in enumerate(forward)
                   if t.hyp_pieces and word_counts(t) != (len(sources[i].split()), len(targets[i].split()))]
-    if not mismatched:
-        return lines, []
-    shown = ", ".join(map(str, mismatched[:10])) + (", ..." if len(mismatched) > 10 else "")
-    return lines, [(f"{len(mismatched)} line(s) where the subword words differ from the whitespace tokens, so "
-                    f"word indices may not match the input's: {shown}")]
+    if mismatched:
+        shown = ", ".join(map(str, mismatched[:10])) + (", ..." if len(mismatched) > 10 else "")
+        problems.append(f"{len(mismatched)} line(s) where the subword words differ from the whitespace tokens, so "
+                        f"word indices may not match the input's: {shown}")
+    return lines, problems, notes
+
+
+def _read_gold(opts: dict, sources: list[str], targets: list[str]) -> tuple[Alignments | None, list[str]]:
+    """The ``gold`` links (None without ``gold``), their positions checked against the whitespace words of the
+    input, and a warning per gold link dropped as out of range."""
+    if not opts["gold"]:
+        return None, []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", AlignmentWarning)
+        gold = read_pharaoh(opts["gold"], one_based=opts["gold_one_based"],
+                            lengths=[(len(s.split()), len(t.split())) for s, t in zip(sources, targets)])
+    return gold, [str(w.message) for w in caught if issubclass(w.category, AlignmentWarning)]
+
+
+def _apply_head(head, forward: list, gold: Alignments | None, extract) -> tuple[list, list[str], str]:
+    """The forced alignments with the matrix of ``head`` (``best``: chosen on the first half of ``gold`` by the
+    AER of ``extract``'s links), what to report about the choice, and the head's name for reports."""
+    if head != "best":
+        return with_head(forward, head), [], str(head)
+    choice = best_head(forward, gold, extract)
+    chosen_on, rest = choice.chosen_on, choice.held_out_lines
+    count, every = len(choice.per_head), " ".join(f"{result.aer:.4f}" for result in choice.per_head)
+    chosen = (f"head=best: head {choice.head} of {count}, the lowest AER on gold lines {chosen_on.start + 1}-"
+              f"{chosen_on.stop} (the first half, which chose it): {choice.selection.aer:.4f} (heads 0-{count - 1}: "
+              f"{every})")
+    scored = (f"head {choice.head} on the other gold lines {rest.start + 1}-{rest.stop} (not used to choose it): "
+              f"{choice.held_out}")
+    return with_head(forward, choice.head), [chosen, scored], f"best (head {choice.head})"
+
+
+def _symmetrized(opts: dict, forward: list, sources: list[str], targets: list[str], langs: tuple, device,
+                 extract: dict) -> list[list[tuple[int, int]]]:
+    """Links of ``forward`` combined with the reverse model's forced alignments (``reverse_checkpoint``), per
+    line: hard symmetrization of each direction's links, or soft (``combine``).
+
+    Raises:
+        ValueError: when the reverse model does not translate the other way.
+    """
+    r_model, r_src_tok, r_tgt_tok, r_prepare, r_langs = load_aligner(opts["reverse_checkpoint"], device,
+                                                                      opts["lowercase"])
+    if r_langs != langs[::-1]:
+        raise ValueError(f"reverse_checkpoint={opts['reverse_checkpoint']} translates {r_langs[0]}->{r_langs[1]}, "
+                         f"but checkpoint={opts['checkpoint']} translates {langs[0]}->{langs[1]}: the reverse "
+                         f"model must translate {langs[1]}->{langs[0]}")
+    backward = force_align(r_model, r_src_tok, r_tgt_tok, r_prepare(targets), r_prepare(sources),
+                           opts["batch_size"], device)
+    del r_model
+    found = []
+    for fwd, bwd in zip(forward, backward):
+        if opts["combine"]:
+            found.append(combined_links(fwd, bwd, opts["combine"], opts["method"], **extract))
+            continue
+        f_links = links(fwd, opts["direction_method"], **extract)
+        b_links = [(s, t) for t, s in links(bwd, opts["direction_method"], **extract)]  # transpose
+        found.append(symmetrize(f_links, b_links, opts["method"]))
+    return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -200,12 +281,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}\n{USAGE}", file=sys.stderr)
         return 2
     try:
-        lines, warnings = run(opts)
-    except (OSError, ValueError) as err:  # CheckpointError and TextFileError are ValueErrors
+        lines, warnings, notes = run(opts)
+    except (OSError, ValueError) as err:  # CheckpointError, TextFileError and AlignmentFormatError are ValueErrors
         print(f"error: {err}", file=sys.stderr)
         return 1
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
+    for note in notes:
+        print(note, file=sys.stderr)
     print(f"wrote {opts['out']}: {len(lines)} sentence pairs, {sum(len(line.split()) for line in lines)} links"
           + (f"; matrices in {opts['matrices']}" if opts["matrices"] else ""), file=sys.stderr)
     return 0

@@ -51,7 +51,8 @@ def force_align(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sources: list[str
         one :class:`nmt.decoding.translation.Translation` per line: ``text`` = the target line, ``src_pieces`` ``[S]`` and
         ``hyp_pieces`` ``[T]`` (both ending in ``</s>``), ``alignment`` ``[T, S]`` float32 (row t = attention
         while emitting target piece t), ``score`` = Σ_t log p(y_t | y_<t, x) in nats (PAD/BOS excluded from the
-        softmax as in search). A line whose source or target is empty or whitespace gives ``EMPTY``.
+        softmax as in search), ``heads`` ``[heads, T, S]`` every head's alignment for a multi-head attention model
+        (None otherwise). A line whose source or target is empty or whitespace gives ``EMPTY``.
     Raises:
         ValueError: if the line counts differ (both counts in the message), or ``batch_size < 1``.
     """
@@ -70,16 +71,19 @@ def force_align(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sources: list[str
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
             batch = collate([src_ids[k] for k in chunk], [tgt_ids[k] for k in chunk], chunk).to(device)
-            logits, weights = model(batch.src, batch.src_mask, batch.tgt_in)  # [B, T, V], [B, T, S]
+            # [B, T, V], [B, T, S] and, for multi-head attention, [B, T, heads, S] (else None)
+            logits, weights, heads = model.teacher_force(batch.src, batch.src_mask, batch.tgt_in)
             logp = log_probs(logits).gather(2, batch.tgt_out.unsqueeze(2)).squeeze(2)  # [B, T]
             logp = logp.masked_fill(batch.tgt_out == PAD_ID, 0.0).sum(dim=1).cpu()  # [B]
             weights = weights.float().cpu()
+            heads = None if heads is None else heads.float().cpu().transpose(1, 2)  # [B, heads, T, S]
             for b, k in enumerate(chunk):
                 n_tgt, n_src = len(tgt_ids[k]), len(src_ids[k])
                 results[todo[k]] = Translation(targets[todo[k]], src_tok.pieces(src_ids[k]),
                                                tgt_tok.pieces(tgt_ids[k]),
                                                weights[b, :n_tgt, :n_src].numpy().astype(np.float32),
-                                               float(logp[b]))
+                                               float(logp[b]), heads=None if heads is None else
+                                               heads[b, :, :n_tgt, :n_src].numpy().astype(np.float32))
     return results
 
 

@@ -5,6 +5,12 @@ signatures), ``P.alignments.npz`` (one float32 ``[len(hypothesis_tokens), len(so
 key = 0-based line index), ``P.alignments.jsonl`` (the tokens of each matrix) and ``P.align`` (word-level
 hard alignments, Pharaoh ``i-j``); n-best lists. An empty input line gives an empty hypothesis, a ``[0, 0]``
 matrix and an empty alignment line.
+
+A multi-head attention model (:mod:`nmt.models.multihead`) also gets ``P.alignments.heads.npz`` (for any
+alignments file ``F.npz``: ``F.heads.npz``, :func:`heads_path`): one float32 ``[heads, len(hypothesis_tokens),
+len(source_tokens)]`` array per line, the same keys as ``P.alignments.npz`` (an empty line: ``[heads, 0, 0]``);
+the mean over its first axis is the line's matrix in ``P.alignments.npz``, which keeps its format, so every reader
+of the combined matrices works unchanged. Other models write no heads file.
 """
 
 from __future__ import annotations
@@ -47,9 +53,10 @@ def unescape_nbest(text: str) -> str:
 
 
 def save_results(prefix: str | Path, translations: list[Translation], scores: dict | None = None) -> None:
-    """Write ``prefix.hyp``, ``.alignments.npz``, ``.alignments.jsonl``, ``.align`` and (with scores)
-    ``.scores.json``, together: each to a temporary file first, then all renamed into place, so an error or a
-    signal leaves the files of an earlier evaluation as they were, never a mix.
+    """Write ``prefix.hyp``, ``.alignments.npz``, ``.alignments.jsonl``, ``.align``, (with scores)
+    ``.scores.json`` and (multi-head models) ``.alignments.heads.npz``, together: each to a temporary file first,
+    then all renamed into place, so an error or a signal leaves the files of an earlier evaluation as they were,
+    never a mix.
 
     Raises:
         nmt.data.textio.WriteError: naming the file that could not be written (no file was replaced).
@@ -75,9 +82,27 @@ def check_npz_path(path: str | Path, key: str = "alignments") -> None:
         raise ValueError(f"{key}={path} must end in .npz (its tokens go to the .jsonl beside it)")
 
 
+def heads_path(npz_path: str | Path) -> Path:
+    """The per-head matrices beside an alignments file: ``P.alignments.npz`` -> ``P.alignments.heads.npz``."""
+    return Path(str(npz_path).removesuffix(".npz") + ".heads.npz")
+
+
+def heads_file(translations: list[Translation]) -> bytes | None:
+    """The contents of a heads file (see the module docstring) for ``translations``, or None when none of them
+    carries per-head matrices (a single-head model)."""
+    count = next((t.heads.shape[0] for t in translations if t.heads is not None), None)
+    if count is None:
+        return None
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **{str(i): (np.zeros((count, *t.alignment.shape), np.float32) if t.heads is None
+                                            else t.heads.astype(np.float32)) for i, t in enumerate(translations)})
+    return buffer.getvalue()
+
+
 def alignment_files(npz_path: str | Path, translations: list[Translation]) -> dict[str, bytes | str]:
-    """The contents of the alignment matrices file ``npz_path`` and of its tokens file (same path with
-    ``.jsonl``), by path, to write (:func:`nmt.data.textio.write_together`).
+    """The contents of the alignment matrices file ``npz_path``, of its tokens file (same path with ``.jsonl``)
+    and, for a multi-head model, of its heads file (:func:`heads_path`), by path, to write
+    (:func:`nmt.data.textio.write_together`).
 
     Raises:
         ValueError: when ``npz_path`` does not end in ``.npz`` (the tokens file is named after it, and
@@ -88,12 +113,16 @@ def alignment_files(npz_path: str | Path, translations: list[Translation]) -> di
     np.savez_compressed(buffer, **{str(i): t.alignment for i, t in enumerate(translations)})
     jsonl = "".join(json.dumps({"index": i, "source_tokens": t.src_pieces, "hypothesis_tokens": t.hyp_pieces},
                                ensure_ascii=False) + "\n" for i, t in enumerate(translations))
-    return {str(npz_path): buffer.getvalue(), str(Path(npz_path).with_suffix(".jsonl")): jsonl}
+    files = {str(npz_path): buffer.getvalue(), str(Path(npz_path).with_suffix(".jsonl")): jsonl}
+    heads = heads_file(translations)
+    if heads is not None:
+        files[str(heads_path(npz_path))] = heads
+    return files
 
 
 def save_alignments(npz_path: str | Path, translations: list[Translation]) -> None:
-    """The alignment matrices (``npz_path``) and their tokens (same path with ``.jsonl``), together
-    (:func:`alignment_files`).
+    """The alignment matrices (``npz_path``), their tokens (same path with ``.jsonl``) and a multi-head model's
+    per-head matrices (:func:`heads_path`), together (:func:`alignment_files`).
 
     Raises:
         ValueError: when ``npz_path`` does not end in ``.npz``.

@@ -1,7 +1,9 @@
 """Greedy and beam search over a :class:`nmt.models.decoder.Seq2Seq`, both batched over sentences.
 
 Every hypothesis carries its alignment: the attention rows of its own history, ``[len(ids), S_b]`` with S_b
-the real source length of its sentence (EOS included). The model must be in eval mode; the caller chooses
+the real source length of its sentence (EOS included); with multi-head attention also every head's rows
+(``heads``, from :attr:`nmt.models.decoder.DecoderState.heads`), which beam search reorders with the beams
+exactly as the combined ones. The model must be in eval mode; the caller chooses
 the device. Hypotheses always end in EOS: at the maximum length ``max_len_a * S_b + max_len_b`` EOS is forced.
 """
 
@@ -18,12 +20,30 @@ PAD_ID, BOS_ID, EOS_ID = 0, 2, 3  # the ids fixed in nmt.data.tokenizer (kept li
 
 class Hypothesis(NamedTuple):
     """One translation: ids ``[n]`` (no BOS, ending in EOS), score = log_prob / length penalty + coverage penalty,
-    log_prob = Σ log p(y_t) in nats, alignment ``[n, S_b]`` float (row t = attention when emitting ids[t])."""
+    log_prob = Σ log p(y_t) in nats, alignment ``[n, S_b]`` float (row t = attention when emitting ids[t]), heads
+    ``[heads, n, S_b]`` float: every head's alignment of a multi-head attention (their mean is ``alignment``), else
+    None."""
 
     ids: list[int]
     score: float
     log_prob: float
     alignment: torch.Tensor
+    heads: torch.Tensor | None = None
+
+
+def step_heads(state) -> torch.Tensor | None:
+    """The per-head weights ``[B, heads, S]`` of the step that made ``state`` (multi-head attention), else None
+    (one head, or an ensemble's states)."""
+    return getattr(state, "heads", None)
+
+
+def extend(history: torch.Tensor | None, rows: torch.Tensor, new: torch.Tensor | None) -> torch.Tensor | None:
+    """The rows ``rows`` ``[N]`` of a history ``[B, t, *]`` with the same rows of ``new`` ``[B, *]`` appended as
+    step t + 1 -> ``[N, t + 1, *]``; a None history is empty; None when ``new`` is None (no per-head weights)."""
+    if new is None:
+        return None
+    past = new.new_zeros(rows.numel(), 0, *new.shape[1:]) if history is None else history[rows]
+    return torch.cat([past, new[rows].unsqueeze(1)], dim=1)
 
 
 def length_penalty(length: torch.Tensor | int, alpha: float) -> torch.Tensor | float:
@@ -101,9 +121,10 @@ def greedy(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, max_len_a:
     y = src.new_full((B,), BOS_ID)
     finished = torch.zeros(B, dtype=torch.bool, device=src.device)
     log_prob = torch.zeros(B, device=src.device)
-    tokens, weights = [], []
+    tokens, weights, heads = [], [], []
     for t in range(int(limits.max())):
         logits, state, w = model.decoder.step(y, state, memory, gate_table)
+        heads.append(step_heads(state))  # [B, heads, S] or None
         logp = log_probs(logits, inplace=True)  # [B, V]
         y = logp.argmax(dim=-1).masked_fill(t + 1 >= limits, EOS_ID)  # [B]
         log_prob += logp.gather(1, y.unsqueeze(1)).squeeze(1).masked_fill(finished, 0.0)
@@ -114,13 +135,15 @@ def greedy(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, max_len_a:
             break
     tokens_bt = torch.stack(tokens, dim=1).tolist()  # [B, t]
     weights_bts = torch.stack(weights, dim=1).float().cpu()  # [B, t, S]
+    heads_bths = None if heads[0] is None else torch.stack(heads, dim=1).float().cpu()  # [B, t, heads, S]
     src_lens = src_mask.sum(dim=1).tolist()
     hyps = []
     for b in range(B):
         n = tokens_bt[b].index(EOS_ID) + 1
         lp, alignment = float(log_prob[b]), weights_bts[b, :n, : src_lens[b]]
         score = lp / length_penalty(n, length_penalty_alpha) + coverage_penalty(alignment, coverage_penalty_beta)
-        hyps.append(Hypothesis(tokens_bt[b][:n], score, lp, alignment))
+        per_head = None if heads_bths is None else heads_bths[b, :n, :, : src_lens[b]].transpose(0, 1)
+        hyps.append(Hypothesis(tokens_bt[b][:n], score, lp, alignment, per_head))
     return hyps
 
 
@@ -196,6 +219,7 @@ class _BeamSearch:
         self.y = src.new_full((B,), BOS_ID)
         self.tokens = src.new_zeros(B * K, 0)
         self.attn = torch.zeros(B * K, 0, S, device=device)
+        self.heads: torch.Tensor | None = None  # [A*K, t, heads, S] with multi-head attention
         self.finished: list[list[Hypothesis]] = [[] for _ in range(B)]
         self.nbest_floor = torch.full((B,), float("-inf"), device=device)  # n-best-th finished score, [A]
 
@@ -206,7 +230,7 @@ class _BeamSearch:
         logp = log_probs(logits, inplace=True)  # [A*K, V]
         if t == 0:  # [B] -> [B*K] rows; scores leave beams 1..K-1 at -inf until the first expansion
             logp, w, state = logp.index_select(0, rows), w.index_select(0, rows), state.select(rows)
-        V = logp.size(1)
+        V, heads = logp.size(1), step_heads(state)  # [A*K, heads, S] or None
         at_limit = (t + 1 >= self.limits).repeat_interleave(K)  # [A*K]
         if bool(at_limit.any()):
             eos_logp = logp[:, EOS_ID].clone()
@@ -218,30 +242,33 @@ class _BeamSearch:
         src_row = top_idx // V + (torch.arange(A, device=self.device) * K).unsqueeze(1)
         tok = top_idx % V
         is_eos = tok == EOS_ID
-        self._close(t, top_scores, src_row, is_eos, w)
-        return self._advance(t, top_scores, src_row, tok, is_eos, state, w)
+        self._close(t, top_scores, src_row, is_eos, w, heads)
+        return self._advance(t, top_scores, src_row, tok, is_eos, state, w, heads)
 
     def _close(self, t: int, top_scores: torch.Tensor, src_row: torch.Tensor, is_eos: torch.Tensor,
-               w: torch.Tensor) -> None:
+               w: torch.Tensor, heads: torch.Tensor | None) -> None:
         """Finish the EOS candidates among the top K of each sentence as hypotheses of ``t + 1`` tokens."""
         final = is_eos[:, :self.K] & torch.isfinite(top_scores[:, :self.K])  # [A, K]
         final_a, final_j = final.nonzero(as_tuple=True)  # [F] each, in (sentence, rank) order
         if final_a.numel():  # the F hypotheses closed at this step, gathered in one call per tensor
             r = src_row[final_a, final_j]  # [F] their beam rows
             ids = self.tokens[r].tolist()
-            aligns = torch.cat([self.attn[r], w[r].unsqueeze(1)], dim=1).float().cpu()  # [F, t+1, S]
+            aligns = extend(self.attn, r, w).float().cpu()  # [F, t+1, S]
+            per_head = extend(self.heads, r, heads)  # [F, t+1, heads, S] or None
+            per_head = None if per_head is None else per_head.float().cpu().transpose(1, 2)  # [F, heads, t+1, S]
             lp = length_penalty(t + 1, self.alpha)
             n_best, finished = self.n_best, self.finished
             for i, (a, raw) in enumerate(zip(final_a.tolist(), top_scores[final_a, final_j].tolist())):
                 b = self.sentence[a]
                 alignment = aligns[i, :, : self.src_lens[b]]
                 score = raw / lp + coverage_penalty(alignment, self.beta)
-                finished[b].append(Hypothesis(ids[i] + [EOS_ID], score, raw, alignment))
+                finished[b].append(Hypothesis(ids[i] + [EOS_ID], score, raw, alignment,
+                                              None if per_head is None else per_head[i, ..., : self.src_lens[b]]))
                 if len(finished[b]) >= n_best:
                     self.nbest_floor[a] = sorted((h.score for h in finished[b]), reverse=True)[n_best - 1]
 
     def _advance(self, t: int, top_scores: torch.Tensor, src_row: torch.Tensor, tok: torch.Tensor,
-                 is_eos: torch.Tensor, state, w: torch.Tensor) -> bool:
+                 is_eos: torch.Tensor, state, w: torch.Tensor, heads: torch.Tensor | None) -> bool:
         """Keep the K best non-EOS candidates open and drop the sentences that are done; True when all are."""
         K = self.K
         # Keep the K best non-EOS candidates (EOS ones sort last and are closed if they are still picked).
@@ -265,7 +292,8 @@ class _BeamSearch:
         self.scores, self.y = scores, y
         self.state = state.select(new_rows)
         self.tokens = torch.cat([self.tokens[new_rows], y.unsqueeze(1)], dim=1)
-        self.attn = torch.cat([self.attn[new_rows], w[new_rows].unsqueeze(1)], dim=1)
+        self.attn = extend(self.attn, new_rows, w)
+        self.heads = extend(self.heads, new_rows, heads)  # reordered with the beams, as the combined weights
         return False
 
     def hypotheses(self) -> list[list[Hypothesis]]:

@@ -25,8 +25,10 @@ log = logging.getLogger(__name__)
 class Translation:
     """One translated line: text (detokenized), source/hypothesis pieces (with ``</s>``), alignment
     ``[len(hyp_pieces), len(src_pieces)]`` float32, the model score (log-prob / length penalty + coverage penalty), the
-    log-probability (nats, summed over the hypothesis pieces) and, with MBR decoding (``decode.mbr``), the expected
-    utility that ranked it (:func:`nmt.decoding.mbr.expected_utility`, 0-100; None otherwise)."""
+    log-probability (nats, summed over the hypothesis pieces), with MBR decoding (``decode.mbr``) the expected
+    utility that ranked it (:func:`nmt.decoding.mbr.expected_utility`, 0-100; None otherwise) and, for a multi-head
+    attention model (:mod:`nmt.models.multihead`), every head's alignment ``[heads, len(hyp_pieces),
+    len(src_pieces)]`` float32, whose mean over heads is ``alignment`` (None for other models)."""
 
     text: str
     src_pieces: list[str]
@@ -35,6 +37,7 @@ class Translation:
     score: float
     log_prob: float = 0.0
     expected_utility: float | None = None
+    heads: np.ndarray | None = None
 
 
 EMPTY = Translation("", [], [], np.zeros((0, 0), dtype=np.float32), 0.0)
@@ -104,7 +107,9 @@ def translate_nbest(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sentences: li
             for k, nbest in zip(chunk, hyps):
                 src_pieces = src_tok.pieces(ids[k])
                 block = [Translation(tgt_tok.decode(h.ids), src_pieces, tgt_tok.pieces(h.ids),
-                                     h.alignment.numpy().astype(np.float32), h.score, h.log_prob) for h in nbest]
+                                     h.alignment.numpy().astype(np.float32), h.score, h.log_prob,
+                                     heads=None if h.heads is None else h.heads.numpy().astype(np.float32))
+                         for h in nbest]
                 if utility is not None:
                     block = mbr_rank(block, decode.get("mbr_temperature", 1.0), utility)
                 results[todo[k]] = block[:n_best]

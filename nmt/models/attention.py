@@ -11,6 +11,10 @@ context ``[B, K, Hk]``, weights ``[B, K, S]``.
 
 Key projections (U_a h̄_s for additive, W_a h̄_s for general) are computed once per batch by ``prepare(keys)``
 and passed back in as ``prepared``; nothing is stored on the module between calls.
+
+``attend(...)`` (same arguments) returns ``(context, weights, heads)``: ``forward``'s two results and, for a score
+model with several heads (:mod:`nmt.models.multihead`), every head's weights ``[B, H, S]`` (``[B, K, H, S]``),
+whose mean is ``weights``; None for every other score model. The decoder calls ``attend``.
 """
 
 from __future__ import annotations
@@ -93,6 +97,12 @@ class Attention(nn.Module):
             prepared = self.prepare(keys)
         weights = masked_softmax(self.score(query, prepared), mask)  # [B, S] or [B, K, S]
         return context_vectors(weights, keys), weights
+
+    def attend(self, query, keys, mask, prepared=None, positions=None):
+        """``(context, weights, heads)``: :meth:`forward`'s results and the per-head weights ``[B, H, S]``
+        (``[B, K, H, S]``) of a multi-head score model, which overrides this; None here (one head)."""
+        context, weights = self(query, keys, mask, prepared, positions=positions)
+        return context, weights, None
 
 
 def _bilinear(query: torch.Tensor, prepared: torch.Tensor) -> torch.Tensor:

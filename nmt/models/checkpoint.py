@@ -17,12 +17,12 @@ import torch
 
 from nmt.data.textio import atomic_write
 from nmt.data.tokenizer import Tokenizer
-from nmt.models import attention, positional
+from nmt.models import attention, multihead, positional
 from nmt.models.build import build_model
 from nmt.models.seq2seq import Seq2Seq
 from nmt.settings import from_plain, to_plain
 
-ATTENTION_MODULES = (attention, positional)  # where a checkpoint's attention._target_ may point
+ATTENTION_MODULES = (attention, positional, multihead)  # where a checkpoint's attention._target_ may point
 
 
 class CheckpointError(ValueError):

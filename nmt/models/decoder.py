@@ -40,15 +40,20 @@ class Memory(NamedTuple):
 class DecoderState(NamedTuple):
     """Recurrent decoder state: hidden ``[L, B, H]``; input_feed ``[B, R]`` the previous attentional vector
     h̃_{t-1} (Luong; R = the readout size: E with tied embeddings, else H) or ``[B, 0]`` (unused: Bahdanau, or
-    Luong without input feeding)."""
+    Luong without input feeding); heads ``[B, heads, S]``: every head's attention weights at the step that made
+    this state (multi-head attention, :mod:`nmt.models.multihead`; their mean is that step's weights), else None.
+    """
 
     hidden: torch.Tensor
     input_feed: torch.Tensor
     step: int = 0  # the target position t of the next output word (position-based attention reads it)
+    heads: torch.Tensor | None = None
 
     def select(self, index: torch.Tensor) -> DecoderState:
-        """Rows ``index`` ``[B']`` (beam search reorders hypotheses only through this)."""
-        return DecoderState(self.hidden.index_select(1, index), self.input_feed.index_select(0, index), self.step)
+        """Rows ``index`` ``[B']`` (beam search reorders hypotheses only through this, per-head weights included)."""
+        heads = None if self.heads is None else self.heads.index_select(0, index)
+        return DecoderState(self.hidden.index_select(1, index), self.input_feed.index_select(0, index), self.step,
+                            heads)
 
 
 class Decoder(nn.Module):
@@ -182,9 +187,9 @@ class Decoder(nn.Module):
         """The first GRU layer's input weights for the fed part of its input (h̃_{t-1} or c_t): ``[3H, F]``."""
         return self.cells[0].weight_ih[:, self.emb_size:]
 
-    def _attend(self, query: torch.Tensor, memory: Memory, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _attend(self, query: torch.Tensor, memory: Memory, step: int) -> tuple:
         """Attention for query ``[N, H]`` at target position ``step`` over memory of M rows -> context ``[N, H]``,
-        weights ``[N, S]``.
+        weights ``[N, S]``, per-head weights ``[N, heads, S]`` or None (``Attention.attend``).
 
         N = M (one query per sentence) or N = K·M: K consecutive query rows per memory row, the K hypotheses
         of a beam, which then share their sentence's keys instead of K copies of them.
@@ -194,43 +199,44 @@ class Decoder(nn.Module):
         """
         M = memory.keys.size(0)
         if query.size(0) == M:
-            return self.attention(query, memory.keys, memory.mask, memory.prepared, positions=step)
+            return self.attention.attend(query, memory.keys, memory.mask, memory.prepared, positions=step)
         if M == 0 or query.size(0) % M:
             raise ValueError(f"{query.size(0)} decoder rows cannot share a memory of {M} rows: "
                              "need a multiple (K hypotheses per sentence)")
-        context, weights = self.attention(query.view(M, -1, query.size(-1)), memory.keys, memory.mask,
-                                          memory.prepared, positions=step)  # [M, K, H], [M, K, S]
-        return context.flatten(0, 1), weights.flatten(0, 1)
+        attended = self.attention.attend(query.view(M, -1, query.size(-1)), memory.keys, memory.mask,
+                                         memory.prepared, positions=step)  # [M, K, H], [M, K, S], [M, K, heads, S]
+        return tuple(None if x is None else x.flatten(0, 1) for x in attended)
 
-    def _attend_all(self, queries: torch.Tensor, memory: Memory) -> tuple[torch.Tensor, torch.Tensor]:
+    def _attend_all(self, queries: torch.Tensor, memory: Memory) -> tuple:
         """Attention for all T queries ``[B, T, H]`` of a sentence at once -> context ``[B, T, H]``, weights
-        ``[B, T, S]``. Without autograd (validation, forced alignment) the queries go in slices of T, so that the
-        additive energies ``[B, t, S, A]`` stay near ``ATTEND_ELEMENTS`` floats instead of growing as B·T·S·A;
-        training needs every slice's energies for backward anyway, as the stepping decoder does."""
+        ``[B, T, S]``, per-head weights ``[B, T, heads, S]`` or None. Without autograd (validation, forced
+        alignment) the queries go in slices of T, so that the additive energies ``[B, t, S, A]`` stay near
+        ``ATTEND_ELEMENTS`` floats instead of growing as B·T·S·A; training needs every slice's energies for
+        backward anyway, as the stepping decoder does."""
         B, T, _ = queries.shape
         A = max(memory.prepared.size(-1), memory.keys.size(-1))  # the widest per-(query, source) tensor
         step = T if torch.is_grad_enabled() else max(1, ATTEND_ELEMENTS // max(1, B * memory.keys.size(1) * A))
         positions = torch.arange(T, device=queries.device).unsqueeze(0)  # [1, T]: target position t of each query
         if step >= T:
-            return self.attention(queries, memory.keys, memory.mask, memory.prepared, positions=positions)
-        parts = [self.attention(q, memory.keys, memory.mask, memory.prepared, positions=p)
+            return self.attention.attend(queries, memory.keys, memory.mask, memory.prepared, positions=positions)
+        parts = [self.attention.attend(q, memory.keys, memory.mask, memory.prepared, positions=p)
                  for q, p in zip(queries.split(step, dim=1), positions.split(step, dim=1))]
-        return torch.cat([c for c, _ in parts], dim=1), torch.cat([w for _, w in parts], dim=1)
+        return tuple(None if part[0] is None else torch.cat(part, dim=1) for part in zip(*parts))
 
     def _recur(self, emb_gates: torch.Tensor, emb: torch.Tensor, state: DecoderState, memory: Memory,
                linears: StepLinears = PLAIN):
         """One step up to (not including) the readout: emb_gates ``[B, 3H]``, emb ``[B, E]`` ->
-        (features, state, weights ``[B, S]``)."""
+        (features, state (with this step's per-head weights), weights ``[B, S]``)."""
         if self.style == "luong":
             hidden = self._stack(emb_gates, state.input_feed, state.hidden, linears)  # [L, B, H]
-            context, weights = self._attend(hidden[-1], memory, state.step)
+            context, weights, heads = self._attend(hidden[-1], memory, state.step)
             h_tilde = torch.tanh(linears("W_c", torch.cat([context, hidden[-1]], dim=1), self.combine.weight))  # [B, R]
             feed = h_tilde if self.input_feeding else state.input_feed
-            return h_tilde, DecoderState(hidden, feed, state.step + 1), weights
-        context, weights = self._attend(state.hidden[-1], memory, state.step)
+            return h_tilde, DecoderState(hidden, feed, state.step + 1, heads), weights
+        context, weights, heads = self._attend(state.hidden[-1], memory, state.step)
         hidden = self._stack(emb_gates, context, state.hidden, linears)  # [L, B, H]
-        return torch.cat([hidden[-1], context, emb], dim=-1), DecoderState(hidden, state.input_feed, state.step + 1), \
-            weights
+        return (torch.cat([hidden[-1], context, emb], dim=-1),
+                DecoderState(hidden, state.input_feed, state.step + 1, heads), weights)
 
     def _readout(self, features: torch.Tensor) -> torch.Tensor:
         """Features ``[..., F]`` -> logits ``[..., V]``."""
@@ -249,7 +255,8 @@ class Decoder(nn.Module):
             gate_table: ``[V, 3H]`` from :meth:`input_gate_table` (eval mode), or None to compute the gates.
 
         Returns:
-            logits ``[B, V]``, the new state, attention weights ``[B, S]``.
+            logits ``[B, V]``, the new state (its ``heads``: this step's per-head weights ``[B, heads, S]`` of a
+            multi-head attention, else None), attention weights ``[B, S]``.
 
         Raises:
             ValueError: if B is not a multiple of the memory's rows.
@@ -260,14 +267,13 @@ class Decoder(nn.Module):
         return self._readout(features), state, weights
 
     def forward(self, tgt_in: torch.Tensor, state: DecoderState, memory: Memory):
-        """Teacher-forced decoding of a whole batch.
+        """Teacher-forced decoding of a whole batch: tgt_in ``[B, T]`` target ids shifted right (BOS first) ->
+        logits ``[B, T, V]`` and attention weights ``[B, T, S]`` (row t is a_t, the alignment of output t)."""
+        return self.teacher_force(tgt_in, state, memory)[:2]
 
-        Args:
-            tgt_in: ``[B, T]`` target ids shifted right (BOS first).
-
-        Returns:
-            logits ``[B, T, V]`` and attention weights ``[B, T, S]`` (row t is a_t, the alignment of output t).
-        """
+    def teacher_force(self, tgt_in: torch.Tensor, state: DecoderState, memory: Memory):
+        """As :meth:`forward`, plus every head's weights ``[B, T, heads, S]`` of a multi-head attention (their
+        mean is the weights), else None: ``(logits, weights, heads)``."""
         emb = self.dropout(self.word_dropout(self.embed(tgt_in)))  # [B, T, E]
         emb_gates = self._embed_gates(emb)  # [B, T, 3H], one matrix product for all steps
         features, weights = [], []
@@ -279,14 +285,17 @@ class Decoder(nn.Module):
                 hidden = self._stack(gates_t, state.input_feed, hidden, linears)  # [L, B, H]
                 features.append(hidden[-1])
             out = torch.stack(features, dim=1)  # [B, T, H] top-layer states h_t
-            context, weights = self._attend_all(out, memory)  # [B, T, H], [B, T, S]
+            context, weights, heads = self._attend_all(out, memory)  # [B, T, H], [B, T, S], [B, T, heads, S]
             h_tilde = torch.tanh(self.combine(torch.cat([context, out], dim=-1)))  # [B, T, R] (eq. 5)
-            return self._readout(h_tilde), weights
+            return self._readout(h_tilde), weights, heads
         # unbind, not emb_gates[:, t]: the backward of an index is a zero-filled [B, T, 3H] tensor per step
         # (quadratic in T); the backward of unbind is one stack of the step gradients.
+        heads = []
         for gates_t, emb_t in zip(emb_gates.unbind(1), emb.unbind(1)):
             f, state, w = self._recur(gates_t, emb_t, state, memory, linears)
             features.append(f)
             weights.append(w)
+            heads.append(state.heads)
         # The readout and the output projection need no recurrence: one batched call over all steps.
-        return self._readout(torch.stack(features, dim=1)), torch.stack(weights, dim=1)
+        return (self._readout(torch.stack(features, dim=1)), torch.stack(weights, dim=1),
+                None if heads[0] is None else torch.stack(heads, dim=1))

@@ -30,3 +30,9 @@ class Seq2Seq(nn.Module):
         logits ``[B, T, V]``, alignments ``[B, T, S]``."""
         memory, state = self.encode(src, src_mask)
         return self.decoder(tgt_in, state, memory)
+
+    def teacher_force(self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor):
+        """As :meth:`forward`, plus every head's alignments ``[B, T, heads, S]`` of a multi-head attention (their
+        mean is the alignments), else None: ``(logits, alignments, heads)``."""
+        memory, state = self.encode(src, src_mask)
+        return self.decoder.teacher_force(tgt_in, state, memory)
