@@ -43,133 +43,15 @@ import warnings
 from collections.abc import Sequence
 
 from nmt.analysis.aer import aer
+from nmt.analysis.align_args import REQUIRED, USAGE, UsageError, help_text, parse_args  # noqa: F401 (public here)
 from nmt.analysis.forced import combined_links, force_align, links, load_aligner, word_counts
 from nmt.analysis.gold import Alignments, AlignmentWarning, read_pharaoh
-from nmt.analysis.heads import best_head, parse_head, with_head
-from nmt.analysis.symmetrize import COMBINATIONS, SYMMETRIZATIONS, symmetrize
+from nmt.analysis.heads import best_head, with_head
+from nmt.analysis.symmetrize import symmetrize
 from nmt.data.textio import atomic_write, read_lines
-from nmt.decoding.artifacts import check_npz_path, save_alignments
-from nmt.decoding.word_alignment import METHODS, to_pharaoh
+from nmt.decoding.artifacts import save_alignments
+from nmt.decoding.word_alignment import to_pharaoh
 from nmt.models.device import pick_device, set_threads
-
-USAGE = ("usage: python -m nmt.align checkpoint=PATH src=FILE tgt=FILE out=FILE.align [matrices=FILE.npz] "
-         "[method=argmax_target|argmax_source|threshold] [threshold=0.3] [shift=0] [temperature=1.0] "
-         "[lowercase=auto|true|false] [reverse_checkpoint=PATH method=grow-diag-final-and|intersection|union|"
-         "grow-diag|grow-diag-final direction_method=argmax_target | reverse_checkpoint=PATH combine=product|mean] "
-         "[head=mean|INDEX|best] [gold=FILE.pharaoh [gold_one_based=false]] [batch_size=64] [device=auto] "
-         "[threads=N]")
-
-
-REQUIRED = ("checkpoint", "src", "tgt", "out")
-
-
-DEFAULTS = {"matrices": None, "method": None, "threshold": "0.3", "shift": "0", "temperature": "1.0",
-            "lowercase": "auto", "reverse_checkpoint": None, "combine": None,
-            "direction_method": "argmax_target", "head": "mean", "gold": None, "gold_one_based": "false",
-            "batch_size": "64", "device": "auto", "threads": None}
-
-
-KEYS = REQUIRED + tuple(DEFAULTS)
-
-
-class UsageError(ValueError):
-    """A bad command line; the message says what is wrong and the valid keys or values."""
-
-
-def parse_args(argv: Sequence[str]) -> dict:
-    """``key=value`` arguments -> a dict of typed options (``threshold`` float, ``shift``/``batch_size`` int,
-    ``method`` resolved: ``argmax_target`` alone, ``grow-diag-final-and`` with ``reverse_checkpoint``).
-
-    Raises:
-        UsageError: an argument without ``=``, an unknown or repeated key (listing the valid keys), a missing
-            required key, a bad number, or a method that does not fit (listing the valid methods).
-    """
-    given = _key_values(argv)
-    missing = [k for k in REQUIRED if not given.get(k)]
-    if missing:
-        raise UsageError(f"missing {', '.join(k + '=' for k in missing)}; required keys: {', '.join(REQUIRED)}")
-    opts = {**DEFAULTS, **given}
-    try:
-        opts["threshold"] = float(opts["threshold"])
-        opts["temperature"] = float(opts["temperature"])
-        opts["shift"] = int(opts["shift"])
-        opts["batch_size"] = int(opts["batch_size"])
-        opts["threads"] = None if opts["threads"] in (None, "null") else int(opts["threads"])
-    except ValueError as err:
-        raise UsageError(f"threshold and temperature must be numbers, shift, batch_size and threads integers: "
-                         f"{err}") from None
-    if opts["threads"] is not None and opts["threads"] < 1:
-        raise UsageError(f"threads={opts['threads']} must be a whole number of CPU threads >= 1 (or null: all cores)")
-    if opts["shift"] < 0 or opts["batch_size"] < 1 or opts["temperature"] <= 0:
-        raise UsageError(f"need shift >= 0, batch_size >= 1 and temperature > 0, got shift={opts['shift']}, "
-                         f"batch_size={opts['batch_size']}, temperature={opts['temperature']}")
-    if opts["lowercase"] not in ("auto", "true", "false"):
-        raise UsageError(f"lowercase={opts['lowercase']}; valid: auto (as the checkpoint's training data), true, false")
-    if opts["direction_method"] not in METHODS:
-        raise UsageError(f"direction_method={opts['direction_method']}; valid: {', '.join(METHODS)}")
-    if opts["matrices"]:
-        try:
-            check_npz_path(opts["matrices"], key="matrices")
-        except ValueError as err:
-            raise UsageError(str(err)) from None
-    _resolve_method(opts)
-    _check_head(opts)
-    return opts
-
-
-def _check_head(opts: dict) -> None:
-    """Parse ``head`` and ``gold_one_based`` and check that they fit the other options."""
-    try:
-        opts["head"] = parse_head(opts["head"])
-    except ValueError as err:
-        raise UsageError(str(err)) from None
-    if opts["gold_one_based"] not in ("true", "false"):
-        raise UsageError(f"gold_one_based={opts['gold_one_based']}; valid: true, false")
-    opts["gold_one_based"] = opts["gold_one_based"] == "true"
-    if opts["head"] == "best" and not opts["gold"]:
-        raise UsageError("head=best chooses the head with the lowest AER on the first half of a gold set: add "
-                         "gold=FILE (Pharaoh links, one line per sentence pair)")
-    if opts["head"] != "mean" and opts["reverse_checkpoint"]:
-        raise UsageError(f"head={opts['head']} chooses among one model's heads; with reverse_checkpoint use head=mean")
-
-
-def _key_values(argv: Sequence[str]) -> dict[str, str]:
-    """``key=value`` arguments -> ``{key: value}`` (a leading ``+`` dropped), checking each key."""
-    given: dict[str, str] = {}
-    for arg in argv:
-        key, sep, value = arg.partition("=")
-        key = key.lstrip("+")
-        if not sep or not key:
-            raise UsageError(f"argument {arg!r} is not key=value; valid keys: {', '.join(KEYS)}")
-        if key not in KEYS:
-            raise UsageError(f"unknown key {key!r}; valid keys: {', '.join(KEYS)}")
-        if key in given:
-            raise UsageError(f"key {key!r} given twice")
-        given[key] = value
-    return given
-
-
-def _resolve_method(opts: dict) -> None:
-    """Check ``combine`` and set ``opts["method"]`` to the given or the default method."""
-    reverse = opts["reverse_checkpoint"]
-    if opts["combine"] is not None:
-        if opts["combine"] not in COMBINATIONS or not reverse:
-            problem = (f"valid values are {', '.join(COMBINATIONS)}" if opts["combine"] not in COMBINATIONS
-                       else "it combines two directions, so it needs reverse_checkpoint=PATH (a model trained "
-                       "target -> source)")
-            raise UsageError(f"combine={opts['combine']}: {problem}")
-        opts["method"] = opts["method"] or METHODS[0]
-        if opts["method"] not in METHODS:
-            raise UsageError(f"method={opts['method']}; with combine= the method extracts links from the "
-                             f"combined matrix: {', '.join(METHODS)}")
-        return
-    valid = SYMMETRIZATIONS if reverse else METHODS
-    opts["method"] = opts["method"] or valid[-1 if reverse else 0]
-    if opts["method"] not in valid:
-        hint = ("" if reverse or opts["method"] not in SYMMETRIZATIONS
-                else " (symmetrization needs reverse_checkpoint=PATH, a model trained target -> source)")
-        raise UsageError(f"method={opts['method']}{hint}; valid methods "
-                         f"{'with' if reverse else 'without'} reverse_checkpoint: {', '.join(valid)}")
 
 
 def run(opts: dict) -> tuple[list[str], list[str], list[str]]:
@@ -275,10 +157,14 @@ def _symmetrized(opts: dict, forward: list, sources: list[str], targets: list[st
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m nmt.align``: returns 0; 2 with ``error: ...`` and the usage for a bad command line; 1 with
     ``error: ...`` for unreadable files or checkpoints and mismatched line counts."""
+    argv = sys.argv[1:] if argv is None else argv
+    if "-h" in argv or "--help" in argv:
+        print(help_text(), end="")
+        return 0
     try:
-        opts = parse_args(sys.argv[1:] if argv is None else argv)
+        opts = parse_args(argv)
     except UsageError as err:
-        print(f"error: {err}\n{USAGE}", file=sys.stderr)
+        print(f"error: {err}\n{USAGE}\n(python -m nmt.align --help lists the settings)", file=sys.stderr)
         return 2
     try:
         lines, warnings, notes = run(opts)

@@ -1,0 +1,170 @@
+"""The command line of ``python -m nmt.align`` (:mod:`nmt.analysis.align`): its ``key=value`` settings, their
+checks, and ``--help``.
+
+Command line (key=value, like train.py and every other tool)::
+
+    python -m nmt.align checkpoint=PATH|RUN_DIR src=FILE tgt=FILE out=FILE.align [key=value ...]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from nmt.analysis.heads import parse_head
+from nmt.analysis.symmetrize import COMBINATIONS, SYMMETRIZATIONS
+from nmt.commandline import SettingsParser
+from nmt.decoding.artifacts import check_npz_path
+from nmt.decoding.word_alignment import METHODS
+
+USAGE = ("usage: python -m nmt.align checkpoint=PATH src=FILE tgt=FILE out=FILE.align [matrices=FILE.npz] "
+         "[method=argmax_target|argmax_source|threshold] [threshold=0.3] [shift=0] [temperature=1.0] "
+         "[lowercase=auto|true|false] [reverse_checkpoint=PATH method=grow-diag-final-and|intersection|union|"
+         "grow-diag|grow-diag-final direction_method=argmax_target | reverse_checkpoint=PATH combine=product|mean] "
+         "[head=mean|INDEX|best] [gold=FILE.pharaoh [gold_one_based=false]] [batch_size=64] [device=auto] "
+         "[threads=N]")
+
+
+REQUIRED = ("checkpoint", "src", "tgt", "out")
+
+
+DEFAULTS = {"matrices": None, "method": None, "threshold": "0.3", "shift": "0", "temperature": "1.0",
+            "lowercase": "auto", "reverse_checkpoint": None, "combine": None,
+            "direction_method": "argmax_target", "head": "mean", "gold": None, "gold_one_based": "false",
+            "batch_size": "64", "device": "auto", "threads": None}
+
+
+KEYS = REQUIRED + tuple(DEFAULTS)
+
+
+SETTINGS = {  # key -> what it is, for --help (the values are checked by parse_args)
+    "checkpoint": "the model: a .pt file or a run folder (its best.pt)",
+    "src": "source sentences, one per line (whitespace words: the gold set's word positions)",
+    "tgt": "target sentences, parallel to src",
+    "out": "the Pharaoh links to write, one line per sentence pair",
+    "matrices": "also save the soft alignments: FILE.npz (and FILE.jsonl with the pieces)",
+    "method": "link extraction (argmax_target|argmax_source|threshold) or, with reverse_checkpoint, the "
+              "symmetrization (grow-diag-final-and|intersection|union|grow-diag|grow-diag-final)",
+    "threshold": "of method=threshold",
+    "shift": "read target word t from attention row t+shift",
+    "temperature": "< 1 sharpens the attention before extraction",
+    "lowercase": "auto|true|false: lowercase the lines (auto: as the checkpoint's training data)",
+    "reverse_checkpoint": "a model trained target -> source: align both directions and symmetrize",
+    "combine": "product|mean: combine the two directions' soft alignments before extracting (needs "
+               "reverse_checkpoint)",
+    "direction_method": "with reverse_checkpoint: the extraction of each direction before symmetrizing",
+    "head": "mean|INDEX|best: which head of a multi-head model (best: the lowest AER on the first half of gold=)",
+    "gold": "gold Pharaoh links: prints the AER of the written links (and chooses head=best)",
+    "gold_one_based": "true|false: the gold positions count from 1",
+    "batch_size": "sentence pairs per batch",
+    "device": "auto|cpu|cuda|cuda:N",
+    "threads": "CPU threads (a whole number >= 1; null: all cores)",
+}
+
+
+def help_text() -> str:
+    """``python -m nmt.align --help``: the settings as every tool lists them (:mod:`nmt.commandline`)."""
+    parser = SettingsParser("nmt.align", description="Forced alignment of a parallel text with a trained model: Pharaoh links, "
+                            "optionally symmetrized with a reverse model, and the soft alignments.")
+    for key, text in SETTINGS.items():
+        parser.add_argument(f"--{key}", required=key in REQUIRED, default=DEFAULTS.get(key), help=text)
+    return parser.format_help()
+
+
+class UsageError(ValueError):
+    """A bad command line; the message says what is wrong and the valid keys or values."""
+
+
+def parse_args(argv: Sequence[str]) -> dict:
+    """``key=value`` arguments -> a dict of typed options (``threshold`` float, ``shift``/``batch_size`` int,
+    ``method`` resolved: ``argmax_target`` alone, ``grow-diag-final-and`` with ``reverse_checkpoint``).
+
+    Raises:
+        UsageError: an argument without ``=``, an unknown or repeated key (listing the valid keys), a missing
+            required key, a bad number, or a method that does not fit (listing the valid methods).
+    """
+    given = _key_values(argv)
+    missing = [k for k in REQUIRED if not given.get(k)]
+    if missing:
+        raise UsageError(f"missing {', '.join(k + '=' for k in missing)}; required keys: {', '.join(REQUIRED)}")
+    opts = {**DEFAULTS, **given}
+    try:
+        opts["threshold"] = float(opts["threshold"])
+        opts["temperature"] = float(opts["temperature"])
+        opts["shift"] = int(opts["shift"])
+        opts["batch_size"] = int(opts["batch_size"])
+        opts["threads"] = None if opts["threads"] in (None, "null") else int(opts["threads"])
+    except ValueError as err:
+        raise UsageError(f"threshold and temperature must be numbers, shift, batch_size and threads integers: "
+                         f"{err}") from None
+    if opts["threads"] is not None and opts["threads"] < 1:
+        raise UsageError(f"threads={opts['threads']} must be a whole number of CPU threads >= 1 (or null: all cores)")
+    if opts["shift"] < 0 or opts["batch_size"] < 1 or opts["temperature"] <= 0:
+        raise UsageError(f"need shift >= 0, batch_size >= 1 and temperature > 0, got shift={opts['shift']}, "
+                         f"batch_size={opts['batch_size']}, temperature={opts['temperature']}")
+    if opts["lowercase"] not in ("auto", "true", "false"):
+        raise UsageError(f"lowercase={opts['lowercase']}; valid: auto (as the checkpoint's training data), true, false")
+    if opts["direction_method"] not in METHODS:
+        raise UsageError(f"direction_method={opts['direction_method']}; valid: {', '.join(METHODS)}")
+    if opts["matrices"]:
+        try:
+            check_npz_path(opts["matrices"], key="matrices")
+        except ValueError as err:
+            raise UsageError(str(err)) from None
+    _resolve_method(opts)
+    _check_head(opts)
+    return opts
+
+
+def _check_head(opts: dict) -> None:
+    """Parse ``head`` and ``gold_one_based`` and check that they fit the other options."""
+    try:
+        opts["head"] = parse_head(opts["head"])
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    if opts["gold_one_based"] not in ("true", "false"):
+        raise UsageError(f"gold_one_based={opts['gold_one_based']}; valid: true, false")
+    opts["gold_one_based"] = opts["gold_one_based"] == "true"
+    if opts["head"] == "best" and not opts["gold"]:
+        raise UsageError("head=best chooses the head with the lowest AER on the first half of a gold set: add "
+                         "gold=FILE (Pharaoh links, one line per sentence pair)")
+    if opts["head"] != "mean" and opts["reverse_checkpoint"]:
+        raise UsageError(f"head={opts['head']} chooses among one model's heads; with reverse_checkpoint use head=mean")
+
+
+def _key_values(argv: Sequence[str]) -> dict[str, str]:
+    """``key=value`` arguments -> ``{key: value}`` (a leading ``+`` dropped), checking each key."""
+    given: dict[str, str] = {}
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        key = key.lstrip("+")
+        if not sep or not key:
+            raise UsageError(f"argument {arg!r} is not key=value; valid keys: {', '.join(KEYS)}")
+        if key not in KEYS:
+            raise UsageError(f"unknown key {key!r}; valid keys: {', '.join(KEYS)}")
+        if key in given:
+            raise UsageError(f"key {key!r} given twice")
+        given[key] = value
+    return given
+
+
+def _resolve_method(opts: dict) -> None:
+    """Check ``combine`` and set ``opts["method"]`` to the given or the default method."""
+    reverse = opts["reverse_checkpoint"]
+    if opts["combine"] is not None:
+        if opts["combine"] not in COMBINATIONS or not reverse:
+            problem = (f"valid values are {', '.join(COMBINATIONS)}" if opts["combine"] not in COMBINATIONS
+                       else "it combines two directions, so it needs reverse_checkpoint=PATH (a model trained "
+                       "target -> source)")
+            raise UsageError(f"combine={opts['combine']}: {problem}")
+        opts["method"] = opts["method"] or METHODS[0]
+        if opts["method"] not in METHODS:
+            raise UsageError(f"method={opts['method']}; with combine= the method extracts links from the "
+                             f"combined matrix: {', '.join(METHODS)}")
+        return
+    valid = SYMMETRIZATIONS if reverse else METHODS
+    opts["method"] = opts["method"] or valid[-1 if reverse else 0]
+    if opts["method"] not in valid:
+        hint = ("" if reverse or opts["method"] not in SYMMETRIZATIONS
+                else " (symmetrization needs reverse_checkpoint=PATH, a model trained target -> source)")
+        raise UsageError(f"method={opts['method']}{hint}; valid methods "
+                         f"{'with' if reverse else 'without'} reverse_checkpoint: {', '.join(valid)}")
