@@ -141,24 +141,27 @@ def _draw_heatmap(a: np.ndarray, x_labels: list[str], y_labels: list[str], path:
 
 
 def _plot_sentence(matrix: np.ndarray, rec: dict, npz_path: Path, index: int, out: Path, gold,
-                   shift: int) -> Path:
-    """One sentence's heatmap: of its pieces, or (``gold``) of its words with the gold links drawn over."""
-    stem = f"{npz_path.name.removesuffix('.npz').removesuffix('.alignments')}_{index}"
+                   shift: int, head: str | int = "mean") -> Path:
+    """One sentence's heatmap: of its pieces, or (``gold``) of its words with the gold links drawn over; one
+    head's (``head`` an index: ``_head{h}`` in the file name and the title) or the combined matrix."""
+    one = "" if head == "mean" else f"_head{head}"
+    stem = f"{npz_path.name.removesuffix('.npz').removesuffix('.alignments')}_{index}{one}"
+    name = npz_path.name + ("" if head == "mean" else f" head {head}")
     if gold is None:
         return plot_alignment(matrix, rec["source_tokens"], rec["hypothesis_tokens"],
-                              out / f"{stem}.png", title=f"{npz_path.name} #{index}")
+                              out / f"{stem}.png", title=f"{name} #{index}")
     word_matrix, src_words, hyp_words = merge_to_words(matrix, rec["source_tokens"],
                                                        rec["hypothesis_tokens"], shift=shift)
     try:
         return plot_alignment(word_matrix, src_words, hyp_words, out / f"{stem}_gold.png",
-                              title=f"{npz_path.name} #{index} (words, shift {shift}) + gold",
+                              title=f"{name} #{index} (words, shift {shift}) + gold",
                               sure=gold.sure[index], possible=gold.possible[index], words=True)
     except ValueError as err:
         raise ValueError(f"{gold.path}, sentence {index + 1}: {err}") from None
 
 
 def plot_npz(npz_path: str | Path, indices: list[int], out_dir: str | Path | None = None,
-             gold=None, shift: int = 0) -> list[Path]:
+             gold=None, shift: int = 0, head: str | int = "mean") -> list[Path]:
     """Draw the heatmaps of some sentences of a saved ``X.alignments.npz`` (+ its sibling ``.jsonl``).
 
     Writes ``out_dir/{stem}_{index}.png`` where ``stem`` is the file name without ``.alignments.npz``
@@ -172,6 +175,9 @@ def plot_npz(npz_path: str | Path, indices: list[int], out_dir: str | Path | Non
         gold: optional :class:`nmt.aer.Alignments` whose sentence k belongs to npz index k: the matrix is then
             merged into words (with ``shift``) and its gold links are drawn (``{stem}_{index}_gold.png``).
         shift: rows to read ahead when merging (nmt.decoding.word_alignment.merge_to_words).
+        head: ``"mean"`` (the combined matrix), or a 0-based head index of a multi-head model: that head's
+            matrices, from the ``X.alignments.heads.npz`` beside the file (:func:`nmt.analysis.heads.read_heads`),
+            drawn as ``{stem}_{index}_head{h}.png``.
     Returns:
         the PNG paths written, in the order of ``indices``.
     Raises:
@@ -193,6 +199,11 @@ def plot_npz(npz_path: str | Path, indices: list[int], out_dir: str | Path | Non
         npz = np.load(npz_path, allow_pickle=False)
     except NPZ_ERRORS as err:
         raise unreadable(npz_path, err) from err
+    heads = None
+    if head != "mean":  # torch comes with nmt.analysis.heads: imported only for a multi-head model's files
+        from nmt.analysis.heads import read_heads
+
+        heads = read_heads(npz_path)
     with npz:
         indices = checked_indices(npz, npz_path, jsonl_path, records, indices, gold)
         for index in indices:
@@ -203,13 +214,38 @@ def plot_npz(npz_path: str | Path, indices: list[int], out_dir: str | Path | Non
             if matrix.size == 0:
                 warnings.warn(f"{npz_path}: sentence {index} is empty, skipped", stacklevel=2)
                 continue
-            written.append(_plot_sentence(matrix, records[index], npz_path, index, out, gold, shift))
+            if heads is not None:
+                if not 0 <= head < heads[index].shape[0]:
+                    raise ValueError(f"head={head}: {npz_path} has {heads[index].shape[0]} heads, numbered "
+                                     f"0..{heads[index].shape[0] - 1}")
+                matrix = heads[index][head]
+            written.append(_plot_sentence(matrix, records[index], npz_path, index, out, gold, shift, head))
     return written
+
+
+def _chosen_head(text: str, npz_path: Path, gold, shift: int) -> str | int:
+    """``head=`` of the command line as plot_npz takes it; ``best`` is chosen here on the first half of the gold
+    lines (:func:`nmt.analysis.heads.best_head`, links extracted with ``shift``), and the choice printed."""
+    if text == "mean":
+        return text
+    from nmt.analysis.forced import links
+    from nmt.analysis.heads import best_head, load_saved, parse_head
+
+    head = parse_head(text)
+    if head != "best":
+        return head
+    if gold is None:
+        raise ValueError("head=best chooses the head with the lowest AER on the first half of a gold set: add gold=FILE")
+    choice = best_head(load_saved(npz_path), gold, extract=lambda t: links(t, "argmax_target", shift=shift))
+    print(f"head=best: head {choice.head}, AER {choice.selection.aer:.4f} on gold lines 1-{len(choice.chosen_on)} "
+          f"(heads: {' '.join(f'{r.aer:.4f}' for r in choice.per_head)}), {choice.held_out.aer:.4f} on the rest",
+          file=sys.stderr)
+    return choice.head
 
 
 def main(argv: list[str] | None = None) -> list[Path]:
     """Command line: ``python -m nmt.plot FILE.alignments.npz [index=[0,3,7]] [out=DIR] [gold=FILE
-    [gold_format=pharaoh|naacl] [one_based=true] [target_first=true] [shift=1]]``."""
+    [gold_format=pharaoh|naacl] [one_based=true] [target_first=true] [shift=1]] [head=mean|INDEX|best]``."""
     parser = SettingsParser("nmt.plot", description="Draw attention heatmaps from a saved alignments.npz file.")
     parser.add_argument(
         "npz", type=Path, help="X.alignments.npz (the sibling X.alignments.jsonl is read too)"
@@ -223,15 +259,19 @@ def main(argv: list[str] | None = None) -> list[Path]:
     parser.add_argument("--one-based", action="store_true", help="gold positions count from 1")
     parser.add_argument("--target-first", action="store_true", help="gold links give the target position first")
     parser.add_argument("--shift", type=int, default=0, help="read target word t from attention row t+shift")
+    parser.add_argument("--head", default="mean", help="mean (the combined matrix), a 0-based head index of a "
+                        "multi-head model, or best (with gold=: the head with the lowest AER on the first half of "
+                        "the gold lines)")
     args = parser.parse_args(argv)
     try:
         if args.out is not None:  # before any work: a part of the path that is a file is named, not [Errno 20]
             check_writable(args.out, "out", folder=True)
         gold = (read_alignments(args.gold, args.gold_format, one_based=args.one_based,
                                 target_first=args.target_first) if args.gold else None)
+        head = _chosen_head(args.head, args.npz, gold, args.shift)
         with warnings.catch_warnings(record=True) as caught:  # one line each on stderr, not Python's two
             warnings.simplefilter("always")
-            paths = plot_npz(args.npz, args.index, args.out, gold=gold, shift=args.shift)
+            paths = plot_npz(args.npz, args.index, args.out, gold=gold, shift=args.shift, head=head)
     except (KeyError, ValueError, OSError) as err:  # OSError: a folder that cannot be written, a missing file
         parser.error(str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err))
     for warning in caught:

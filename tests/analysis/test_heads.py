@@ -275,3 +275,34 @@ def test_the_python_api_carries_every_head(trained, multi30k_dir):
         translator.align(sources, targets, head="best")
     best = translator.translate(sources[0], beam_size=3)[0]
     np.testing.assert_allclose(best.heads.mean(axis=0), best.alignment, atol=1e-6)
+
+
+def test_plot_draws_one_head_and_chooses_the_best_on_gold(trained, gold_set, tmp_path, capsys):
+    from nmt.analysis import plot
+
+    run_dir, model, _, src_tok, tgt_tok = trained
+    src, tgt, gold_file = gold_set
+    npz = run_dir / "eval" / "test.alignments.npz"
+    one = plot.main([str(npz), "index=[0,2]", "head=3", f"out={tmp_path / 'one'}"])
+    assert [p.name for p in one] == ["test_0_head3.png", "test_2_head3.png"]
+    mean = plot.main([str(npz), "index=[0]", f"out={tmp_path / 'mean'}"])
+    assert [p.name for p in mean] == ["test_0.png"]
+    assert one[0].read_bytes() != (tmp_path / "mean" / "test_0.png").read_bytes()  # a head is not the mean
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        plot.main([str(npz), "head=4", f"out={tmp_path / 'x'}"])
+    assert "head=4: " in (err := capsys.readouterr().err) and "has 4 heads, numbered 0..3" in err
+    assert not (tmp_path / "x").exists()
+
+    # head=best on the gold set's own forced alignments: the head nmt.align chooses, drawn over the gold links
+    assert main([f"checkpoint={run_dir}", f"src={src}", f"tgt={tgt}", "device=cpu", "lowercase=false",
+                 f"out={tmp_path / 'g.align'}", f"matrices={tmp_path / 'g.npz'}"]) == 0
+    forced = force_align(model, src_tok, tgt_tok, read_lines(src), read_lines(tgt))
+    with pytest.warns(AlignmentWarning):
+        gold = read_pharaoh(gold_file, lengths=[(len(s.split()), len(t.split()))
+                                               for s, t in zip(read_lines(src), read_lines(tgt))])
+    expected = best_head(forced, gold)
+    capsys.readouterr()
+    best = plot.main([str(tmp_path / "g.npz"), "index=[5]", f"gold={gold_file}", "head=best", f"out={tmp_path}"])
+    assert [p.name for p in best] == [f"g_5_head{expected.head}_gold.png"]
+    assert f"head=best: head {expected.head}, AER {expected.selection.aer:.4f}" in capsys.readouterr().err
