@@ -158,7 +158,7 @@ def test_load_splits_normalizes_and_keeps_pretokenized_extras(multi30k_dir, comp
 
 def test_align_de_en_preset_reads_tatoeba_and_gold(multi30k_dir, compose_cfg):
     cfg = compose_cfg(["+experiment=align_de_en", "data.train_limit=10", "data.eval_limit=5"])
-    assert cfg.data.normalize.lowercase and cfg.train.max_steps == 1000
+    assert cfg.data.normalize.lowercase and cfg.train.max_steps == 6500
     splits = load_splits(cfg.data)
     assert len(splits["train"]) == 10 + 169_813 + 20 * 100
     assert splits["train"].src[10:12] == ["hallo !", "grüß gott !"]  # Tatoeba: English first in the file
