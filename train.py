@@ -3,7 +3,7 @@
 The same command as the installed ``nmt-train`` (:mod:`nmt.train`), run from a checkout.
 """
 
-from nmt.train import main
+from nmt.train import command
 
 if __name__ == "__main__":
-    main()
+    command()

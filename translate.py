@@ -3,7 +3,7 @@
 The same command as the installed ``nmt-translate`` (:mod:`nmt.translate`), run from a checkout.
 """
 
-from nmt.translate import main
+from nmt.translate import command
 
 if __name__ == "__main__":
-    main()
+    command()

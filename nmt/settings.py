@@ -14,6 +14,7 @@ import re
 import sys
 from pathlib import Path
 
+from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import CompactHydraException
 from hydra.utils import instantiate as hydra_instantiate
@@ -200,10 +201,55 @@ def check_added_keys(cfg: DictConfig, overrides: list[str], groups) -> None:
         return
     known = [k for k in _leaf_keys(cfg) if k not in {o.key_or_group for o in added}]
     first = added[0]
-    close = difflib.get_close_matches(first.key_or_group, known, n=3, cutoff=0.5)
-    names = difflib.get_close_matches(first.key_or_group.rsplit(".", 1)[-1], [k.rsplit(".", 1)[-1] for k in known],
-                                      n=3, cutoff=0.6)  # the name alone: decoder.layers -> model.decoder_layers
-    close = list(dict.fromkeys([*(k for k in known if k.rsplit(".", 1)[-1] in names), *close]))[:3]
-    hint = f"; did you mean {' or '.join(close)}?" if close else "; the settings are in conf/ (python train.py --cfg job)"
+    close = _closest(first.key_or_group, known)
+    hint = f"; did you mean {' or '.join(close)}?" if close else "; --help lists the settings"
     raise ValueError(f"+{first.key_or_group}={first.value()} adds a setting that nothing reads: give an existing "
                      f"setting without '+'{hint}")
+
+
+def _closest(key: str, known: list[str]) -> list[str]:
+    """Up to 3 settings of ``known`` close to the dotted ``key``: by the whole key, and by its last name alone
+    (``decoder.layers`` -> ``model.decoder_layers``)."""
+    close = difflib.get_close_matches(key, known, n=3, cutoff=0.5)
+    names = difflib.get_close_matches(key.rsplit(".", 1)[-1], [k.rsplit(".", 1)[-1] for k in known], n=3, cutoff=0.6)
+    found = {*(k for k in known if k.rsplit(".", 1)[-1] in names), *close}
+    def distance(k: str) -> tuple:  # the closest first: the whole key, then its name (decoder.layers ~ decoder_layers)
+        name = difflib.SequenceMatcher(None, key.replace(".", "_"), k.rsplit(".", 1)[-1]).ratio()
+        return -round(difflib.SequenceMatcher(None, key, k).ratio(), 6), -name, k
+
+    return sorted(found, key=distance)[:3]
+
+
+def unknown_setting(config_name: str, argv: list[str]) -> str | None:
+    """Before Hydra runs: the first ``key=value`` of the command line ``argv`` that names no setting of the config
+    it composes (a mistyped key: Hydra's own message suggests ``+key=value``, which would add a setting that
+    nothing reads), as a one-line message with the closest settings; None when every key exists, or when the
+    command line is one this check leaves to Hydra (``--help`` and other flags, sweeps, ``+``/``~`` overrides,
+    ``hydra.*`` keys, a key under a node that is not a mapping)."""
+    if any(a.startswith("-") for a in argv):
+        return None
+    try:
+        overrides = _PARSER.parse_overrides([a for a in argv if "=" in a]) if argv else []
+    except Exception:  # noqa: BLE001 - the grammar's errors: Hydra reports them
+        return None
+    if any(o.is_sweep_override() for o in overrides):
+        return None  # every job composes its own config; each is checked by Hydra then
+    groups = {p.name for p in Path(config_dir()).iterdir() if p.is_dir()}
+    chosen = [a for a, o in zip([a for a in argv if "=" in a], overrides)
+              if o.key_or_group.split("@")[0] in groups or o.is_add() or o.is_delete()]
+    try:
+        with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+            cfg = compose(config_name, overrides=chosen)
+    except Exception:  # noqa: BLE001 - a group or value Hydra itself will report
+        return None
+    absent = object()
+    for o in overrides:
+        key = o.key_or_group
+        if key.split("@")[0] in groups or o.is_add() or o.is_delete() or key.startswith("hydra"):
+            continue
+        parent = OmegaConf.select(cfg, key.rpartition(".")[0], default=absent) if "." in key else cfg
+        if isinstance(parent, DictConfig) and key.rpartition(".")[2] not in list(parent.keys()):  # ??? ones too
+            close = _closest(key, _leaf_keys(cfg))
+            return (f"no setting {key}" + (f" (did you mean {' or '.join(close)}?)" if close else "")
+                    + "; --help lists every setting")
+    return None

@@ -26,6 +26,7 @@ from nmt.settings import (
     config_dir,
     override_keys,
     save_hydra_record,
+    unknown_setting,
 )
 from nmt.training.distributed import Distributed, DistributedError, init_distributed, reports_shared_errors
 from nmt.training.lock import RunFolderBusy, RunLock, lock_run_folder
@@ -164,5 +165,13 @@ def main(cfg: DictConfig) -> float:
     return metrics["valid_bleu"]
 
 
-if __name__ == "__main__":
+def command() -> None:
+    """The ``nmt-train`` command (also ``python train.py`` and ``python -m nmt.train``): a mistyped setting is refused
+    in one line with the closest settings (:func:`nmt.settings.unknown_setting`), then Hydra runs :func:`main`."""
+    if message := unknown_setting("train", sys.argv[1:]):
+        sys.exit(f"{PROG}: error: {message}")
     main()
+
+
+if __name__ == "__main__":
+    command()

@@ -26,7 +26,14 @@ from nmt.decoding.translation import at_length_limit, translate_nbest
 from nmt.models import checkpoint
 from nmt.models.device import pick_device, set_threads
 from nmt.models.precision import Precision, check_precision
-from nmt.settings import TRANSLATE_PATHS, absolute_paths, check_added_keys, command_name, config_dir
+from nmt.settings import (
+    TRANSLATE_PATHS,
+    absolute_paths,
+    check_added_keys,
+    command_name,
+    config_dir,
+    unknown_setting,
+)
 
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
 log = logging.getLogger("translate")
@@ -233,5 +240,13 @@ def check_outputs(cfg: DictConfig) -> tuple[int, int]:
     return beam_size, n_best
 
 
-if __name__ == "__main__":
+def command() -> None:
+    """The ``nmt-translate`` command (also ``python translate.py`` and ``python -m nmt.translate``): a mistyped setting is refused
+    in one line with the closest settings (:func:`nmt.settings.unknown_setting`), then Hydra runs :func:`main`."""
+    if message := unknown_setting("translate", sys.argv[1:]):
+        sys.exit(f"{PROG}: error: {message}")
     main()
+
+
+if __name__ == "__main__":
+    command()

@@ -45,7 +45,7 @@ def test_the_wheel_holds_every_module_config_and_command(wheel):
     assert not (modules | configs | templates) - names, "add the new folder to pyproject.toml [tool.setuptools]"
     (entry_points,) = [n for n in names if n.endswith("entry_points.txt")]
     scripts = zipfile.ZipFile(wheel).read(entry_points).decode()
-    for command in ("nmt-train = nmt.train:main", "nmt-translate = nmt.translate:main", "nmt-align", "nmt-report"):
+    for command in ("nmt-train = nmt.train:command", "nmt-translate = nmt.translate:command", "nmt-align", "nmt-report"):
         assert command in scripts
 
 

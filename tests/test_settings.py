@@ -59,3 +59,47 @@ def test_train_py_refuses_an_added_key_in_one_line_and_writes_nothing(repo_root,
                                                           "nothing reads")
     assert "Traceback" not in proc.stderr
     assert not run.exists() or not any(run.iterdir())  # a folder named with hydra.run.dir is left empty
+
+
+@pytest.mark.parametrize("config, argv, message", [
+    ("train", ["train.max_minuts=5"], "no setting train.max_minuts (did you mean train.max_minutes or "),
+    ("train", ["threads=1", "model.hiden_size=3"], "no setting model.hiden_size (did you mean model.hidden_size "),
+    ("train", ["decoder.layers=2"], "no setting decoder.layers (did you mean model.decoder_layers "),
+    ("train", ["attention=multihead", "attention.head=3"], "(did you mean attention.heads "),  # the chosen group's
+    ("translate", ["checkpoint=x", "input=y", "beam_sise=3"], "no setting beam_sise (did you mean beam_size "),
+])
+def test_a_mistyped_setting_is_named_with_the_closest_ones(config, argv, message):
+    from nmt.settings import unknown_setting
+
+    found = unknown_setting(config, argv)
+    assert found is not None and message in found and found.endswith("; --help lists every setting"), found
+
+
+@pytest.mark.parametrize("config, argv", [
+    ("train", []),
+    ("train", ["threads=1", "train.max_minutes=5", "model.hidden_size=64", "hydra.run.dir=/tmp/x"]),
+    ("train", ["hydra.run.dir=/tmp/x=y", "train.max_minuts=5"]),  # not Hydra's grammar: Hydra says so
+    ("train", ["attention=multihead", "attention.heads=8", "+experiment=align_de_en", "eval.gold.shift=1"]),
+    ("train", ["attention=additive,multihead", "attention.heads=8"]),  # a sweep: every job is Hydra's to check
+    ("train", ["--help"]), ("train", ["-m", "train.max_minuts=5"]),
+    ("train", ["+train.new_key=1"]),  # check_added_keys refuses it once Hydra has composed the config
+    ("train", ["attention=no_such_model"]),  # Hydra names the group and its options
+    ("translate", ["checkpoint=x", "input=y", "output=z", "decode.beam_size=3"]),  # checkpoint: ??? in the config
+])
+def test_settings_that_exist_or_that_hydra_checks_pass(config, argv):
+    from nmt.settings import unknown_setting
+
+    assert unknown_setting(config, argv) is None
+
+
+def test_train_py_refuses_a_mistyped_setting_in_one_line(repo_root, tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, str(repo_root / "train.py"), "train.max_minuts=5",
+                           f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 1 and not (tmp_path / "run").exists()
+    assert proc.stderr.strip().splitlines() == ["train.py: error: no setting train.max_minuts (did you mean "
+                                                "train.max_minutes or train.max_steps or train.max_epochs?); "
+                                                "--help lists every setting"]
