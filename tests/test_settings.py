@@ -100,6 +100,6 @@ def test_train_py_refuses_a_mistyped_setting_in_one_line(repo_root, tmp_path):
                            f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=120, check=False)
     assert proc.returncode == 1 and not (tmp_path / "run").exists()
-    assert proc.stderr.strip().splitlines() == ["train.py: error: no setting train.max_minuts (did you mean "
-                                                "train.max_minutes or train.max_steps or train.max_epochs?); "
-                                                "--help lists every setting"]
+    expected = ("train.py: error: no setting train.max_minuts (did you mean train.max_minutes or train.max_steps or "
+                "train.max_epochs?); --help lists every setting")
+    assert proc.stderr.strip().splitlines() == [expected]
