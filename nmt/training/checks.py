@@ -10,6 +10,7 @@ import math
 from nmt.decoding.options import check_decoding
 from nmt.training.ema import DECAY_MEANING
 from nmt.training.gold import load_gold
+from nmt.training.reverse import check_agreement
 from nmt.training.schedule import check_schedule
 from nmt.training.tensorboard import check_available
 
@@ -102,7 +103,8 @@ def check_settings(cfg) -> None:
     """Every check of a training configuration that needs no corpus: the numbers (:func:`check_numbers`), the
     learning-rate schedule (:func:`nmt.training.schedule.check_schedule`), the decoding settings
     (:func:`nmt.decoding.options.check_decoding`), with ``train.tensorboard=true`` the tensorboard package, and with
-    ``eval.gold`` the gold alignment set, read once (:func:`nmt.training.gold.load_gold`: its files and languages).
+    ``eval.gold`` the gold alignment set, read once (:func:`nmt.training.gold.load_gold`: its files and languages),
+    and ``train.agreement`` (:func:`nmt.training.reverse.check_agreement`).
 
     Raises:
         ValueError: naming the first setting that is refused.
@@ -113,3 +115,4 @@ def check_settings(cfg) -> None:
     check_decoding(cfg.decode.beam_size, 1, "decode.beam_size", cfg.decode)
     check_available(bool(cfg.train.get("tensorboard")))
     load_gold(cfg, quiet=True)  # the run loads it again, with its warnings
+    check_agreement(cfg)

@@ -27,7 +27,7 @@ from nmt.training.schedule import BudgetDecay
 from nmt.training.shards import UpdateBatches, share_validation
 from nmt.training.signals import stop_on_signals
 from nmt.training.state import Progress, rng_states, save_state
-from nmt.training.step import train_step
+from nmt.training.step import batch_loss, train_step
 from nmt.training.tensorboard import Board
 from nmt.training.validation import forget_unsaved, patience_spent, validate
 
@@ -38,13 +38,15 @@ DIVERGENCE_WINDOW = 20  # updates whose mean training loss decides a divergence 
 
 def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid: Parallel, toks, run_dir, device,
                progress: Progress, overrides=(), ema: ExponentialMovingAverage | None = None,
-               dist: Distributed | None = None, forward=None, precision: Precision = FP32) -> str:
+               dist: Distributed | None = None, forward=None, precision: Precision = FP32, agreement=None) -> str:
     """Update until max_steps / max_epochs / max_minutes / early stopping / a signal; validate every
     ``valid_every`` steps and at the stop. Batches of epoch e come from seed ``cfg.seed + e``, so a resumed
     run skips the batches already seen and continues with the same order. ``epoch_pairs(epoch)`` gives the
     encoded training pairs of an epoch. With ``ema`` the average follows every update, and validation and
     checkpoints use it. ``forward`` is the module the updates run through (the DDP wrapper of ``model`` under
-    several ranks). Before it starts, what an earlier attempt in ``run_dir`` wrote after ``progress.step`` without
+    several ranks; with ``agreement``, :class:`nmt.training.reverse.Agreement` of ``train.agreement``, the joint
+    module of both directions, and the reverse model's figures and weights join validation and checkpoints).
+    Before it starts, what an earlier attempt in ``run_dir`` wrote after ``progress.step`` without
     reaching its next ``last.pt`` is removed (:func:`nmt.training.validation.forget_unsaved`). Returns why it
     stopped.
 
@@ -54,7 +56,7 @@ def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid
             naming it; the checkpoint that was there is intact and the same command resumes from it.
     """
     run = _Run(cfg, model, optimizer, scheduler, valid_pairs, valid, toks, run_dir, device, progress, ema,
-               dist or Distributed(), forward or model, precision)
+               dist or Distributed(), forward or model, precision, agreement)
     t = cfg.train
     if run.dist.is_main:  # what an attempt killed after its last checkpoint wrote about later steps
         forget_unsaved(run_dir, progress)
@@ -74,7 +76,7 @@ def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid
         run.board.close()
         if received:  # after a step, or during the last validation: no final evaluation
             return interrupted(cfg, model, optimizer, scheduler, toks, run_dir, progress, received,
-                               time.monotonic() - run.start, overrides, ema, run.dist)
+                               time.monotonic() - run.start, overrides, ema, run.dist, agreement)
     return finished(stop, progress, scheduler, optimizer)
 
 
@@ -83,10 +85,12 @@ class _Run:
     ranks after every update."""
 
     def __init__(self, cfg, model, optimizer, scheduler, valid_pairs, valid, toks, run_dir, device, progress,
-                 ema, dist: Distributed, forward, precision: Precision):
+                 ema, dist: Distributed, forward, precision: Precision, agreement=None):
         self.cfg, self.t, self.model, self.optimizer, self.scheduler = cfg, cfg.train, model, optimizer, scheduler
         self.valid_pairs, self.valid, self.toks, self.run_dir, self.device = valid_pairs, valid, toks, run_dir, device
         self.progress, self.ema, self.dist, self.forward, self.precision = progress, ema, dist, forward, precision
+        self.agreement = agreement  # train.agreement: the reverse model's side (forward is then the joint module)
+        self.objective = agreement.objective if agreement is not None else batch_loss
         self.start = time.monotonic() - progress.train_seconds
         self.meter = Meter(self.t, progress, enabled=dist.is_main)
         self.board = Board(run_dir, bool(self.t.get("tensorboard")) and dist.is_main)  # train.tensorboard
@@ -96,8 +100,8 @@ class _Run:
         self.recent = deque(maxlen=DIVERGENCE_WINDOW)  # (summed loss, target tokens) of this rank's last updates
         self.window_loss = 0.0  # their loss per token, the highest over the ranks at the last agreement
         self.uniform = math.log(len(toks[1]))  # nats per token of a uniform guess over the target vocabulary
-        self.parameters = list(model.parameters())
-        model.train()
+        self.parameters = list(forward.parameters())  # the model's, or both directions' with train.agreement
+        forward.train()
 
     def check(self, stop: str | None) -> str | None:
         """Validate (rank 0) at the interval or at a stop, and share the outcome; returns the stop reason."""
@@ -109,7 +113,7 @@ class _Run:
                 stop = validate(self.cfg, self.model, self.optimizer, self.scheduler, self.valid_pairs, self.valid,
                                 self.toks, self.run_dir, self.device, progress,
                                 self.meter.record() if self.meter.steps else {}, self.ema, rngs, self.board,
-                                self.gold) or stop
+                                self.gold, self.agreement) or stop
             stop = share_validation(self.dist, progress, self.optimizer, self.scheduler, stop)
             self.meter.reset()  # validation time is not training time
         return stop
@@ -149,7 +153,7 @@ class _Run:
             scheduler.update(progress.step, self.elapsed if self.dist.active else time.monotonic() - self.start)
         try:
             loss, ntok = train_step(self.forward, self.optimizer, [b.to(self.device) for b in batches], self.t,
-                                    self.dist, self.precision, self.parameters)
+                                    self.dist, self.precision, self.parameters, self.objective)
         except FloatingPointError as err:
             self.meter.bar.close()  # on a terminal, the error line would land on the progress bar's
             raise FloatingPointError(f"step {progress.step + 1}: {err}") from None
@@ -197,9 +201,9 @@ def finished(stop: str, progress: Progress, scheduler, optimizer) -> str:
 
 def interrupted(cfg, model, optimizer, scheduler, toks, run_dir: Path, progress: Progress, name: str,
                 elapsed: float, overrides=(), ema: ExponentialMovingAverage | None = None,
-                dist: Distributed | None = None) -> str:
-    """Save ``last.pt`` (with ``ema``: the average as its model, the raw weights to resume from; rank 0 alone,
-    with every rank's RNG state) after a signal and print the command that resumes (the run's own command-line
+                dist: Distributed | None = None, agreement=None) -> str:
+    """Save ``last.pt`` (with ``ema``: the average as its model, the raw weights to resume from; with
+    ``agreement``: the reverse model too; rank 0 alone, with every rank's RNG state) after a signal and print the command that resumes (the run's own command-line
     ``overrides`` repeated, so its budget and schedule carry over); returns the stop reason."""
     dist = dist or Distributed()
     progress.train_seconds = elapsed
@@ -207,7 +211,8 @@ def interrupted(cfg, model, optimizer, scheduler, toks, run_dir: Path, progress:
     if not dist.is_main:  # stay until last.pt is written: a launcher ends every rank once one has exited
         dist.barrier("waiting for rank 0 to save last.pt")
         return f"interrupted by {name}"
-    save_state(run_dir / "checkpoints" / "last.pt", cfg, model, optimizer, scheduler, toks, progress, ema, rngs)
+    save_state(run_dir / "checkpoints" / "last.pt", cfg, model, optimizer, scheduler, toks, progress, ema, rngs,
+               agreement.state() if agreement is not None else None)
     dist.barrier("waiting for the other ranks after saving last.pt")
     last = (run_dir / "checkpoints" / "last.pt").resolve()
     keep = [o for o in overrides if not o.startswith(("hydra.run.dir=", "train.resume="))]

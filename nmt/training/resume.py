@@ -14,6 +14,7 @@ from nmt.analysis.curves import read_curve
 from nmt.data.textio import atomic_write
 from nmt.models import checkpoint
 from nmt.settings import adopt, differences, to_plain
+from nmt.training.reverse import REVERSE_DIR, keep_agreement
 from nmt.training.schedule import SCHEDULE_KEYS
 
 log = logging.getLogger(__name__)
@@ -105,6 +106,7 @@ def resume_from(path, cfg, run_dir: Path, device, overrides=()):
                     "best BLEU so far (best.pt, the plateau schedule, early stopping) was measured on %s", path,
                     _yaml(before), _yaml(now), "the raw weights" if now is None else "a moving average",
                     "the raw weights" if before is None else "the average")
+    keep_agreement(ckpt_cfg, cfg, overrides)  # train.agreement: a run of both directions stays one
     warn_about_changes(path, ckpt_cfg, cfg)
     bring_along(path, run_dir, payload)
     spm_dir = run_dir / "spm"
@@ -149,7 +151,8 @@ def warn_about_changes(path, ckpt_cfg, cfg) -> None:
 
 
 def bring_along(path, run_dir: Path, payload: dict) -> None:
-    """Resuming into a new folder: copy the checkpoint's ``best.pt`` and ``step_N.pt`` there, and its run's
+    """Resuming into a new folder: copy the checkpoint's ``best.pt`` and ``step_N.pt`` there (and the reverse
+    model's ``reverse/checkpoints/best.pt`` of ``train.agreement``), and its run's
     validations up to the checkpoint's step (averaging ranks the copied step_N.pt by them, and the new run's
     learning curve continues the old one)."""
     source_dir, target_dir = Path(path).resolve().parent, (run_dir / "checkpoints").resolve()
@@ -158,6 +161,9 @@ def bring_along(path, run_dir: Path, payload: dict) -> None:
         for kept in [source_dir / "best.pt", *sorted(source_dir.glob("step_*.pt"))]:
             if kept.is_file() and not (target_dir / kept.name).exists():
                 checkpoint.write_payload(target_dir / kept.name, checkpoint.load_payload(kept))
+        reverse = Path(REVERSE_DIR) / "checkpoints" / "best.pt"  # train.agreement's reverse model
+        if (source_dir.parent / reverse).is_file() and not (run_dir / reverse).exists():
+            checkpoint.write_payload(run_dir / reverse, checkpoint.load_payload(source_dir.parent / reverse))
         # and the validations up to the checkpoint's step: averaging ranks the copied step_N.pt by them, and the
         # new run's learning curve continues the old one
         source_metrics, target_metrics = source_dir.parent / "metrics.jsonl", run_dir / "metrics.jsonl"

@@ -3,7 +3,8 @@ the checkpoint it resumes), the loop (:mod:`nmt.training.loop`), then the final 
 (:mod:`nmt.training.final`).
 
 The run directory follows design.md §2: ``spm/``, ``checkpoints/{best,last}.pt``, ``metrics.jsonl``,
-``eval/{split}.*`` (the configured decoder, beam search by default), ``eval/greedy/{split}.*`` and ``plots/``.
+``eval/{split}.*`` (the configured decoder, beam search by default), ``eval/greedy/{split}.*`` and ``plots/``; with
+``train.agreement`` also ``reverse/checkpoints/best.pt`` (:mod:`nmt.training.reverse`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from nmt.training.distributed import Distributed
 from nmt.training.final import final_evaluation
 from nmt.training.loop import train_loop
 from nmt.training.resume import resume_from
+from nmt.training.reverse import REVERSE_DIR, joint_training
 from nmt.training.schedule import make_optimizer
 from nmt.training.state import Progress, moving_average, restore
 from nmt.training.subwords import prepare_tokenizers
@@ -75,14 +77,15 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = (), dist: Dis
         torch.manual_seed(cfg.seed + 1_000_003 * dist.rank)
     train_pairs, epoch_pairs = training_pairs(cfg, splits["train"], toks)
     valid_pairs = encode_pairs(splits["valid"], *toks)
-    optimizer, scheduler = make_optimizer(model, cfg)
+    agreement, trained = joint_training(cfg, model, toks, payload, device)  # train.agreement: both directions
+    optimizer, scheduler = make_optimizer(trained, cfg)
     ema = moving_average(cfg.train, model, payload)
     log_start(cfg, model, device, len(train_pairs), run_dir, ema is not None, dist)
     progress = Progress(world_size=dist.world_size) if payload is None else \
         restore(payload, optimizer, scheduler, cfg.train, dist)
-    forward = data_parallel(model, dist, device)
+    forward = data_parallel(trained, dist, device)
     stop = train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, splits["valid"], toks, run_dir,
-                      device, progress, overrides, ema, dist, forward, Precision(precision, device))
+                      device, progress, overrides, ema, dist, forward, Precision(precision, device), agreement)
     results = {"valid_bleu": progress.best_bleu, "steps": progress.step,
                "train_minutes": progress.train_seconds / 60, "run_dir": str(run_dir), "stopped": stop}
     if stop.startswith("interrupted"):
@@ -90,11 +93,21 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = (), dist: Dis
     if not dist.is_main:  # the final evaluation is rank 0's
         return {**results, "rank": dist.rank}
     results.update(final_evaluation(cfg, splits, run_dir, device, progress.best_bleu))
+    log_done(cfg, results, run_dir, agreement)
+    return results
+
+
+def log_done(cfg, results: dict, run_dir: Path, agreement=None) -> None:
+    """Log the final figures and where they are; with ``train.agreement`` also the reverse model's checkpoint and
+    the ``nmt.align`` command that symmetrizes the two directions."""
     log.info("final: %s", json.dumps(results))
     bleu = [f"{results[k]:.2f} {k.split('_')[1]}" for k in results if k.startswith("test_") and k.endswith("_bleu")]
     log.info("done: test BLEU %s in %s (checkpoints/, eval/%s)", " / ".join(bleu) or "-", run_dir.resolve(),
              ", plots/" if cfg.eval.plots else "")
-    return results
+    if agreement is not None:
+        log.info("the reverse model (%s -> %s) is %s; symmetrize the two directions' attention with:\n  %s",
+                 cfg.data.tgt_lang, cfg.data.src_lang, (run_dir / REVERSE_DIR / "checkpoints" / "best.pt").resolve(),
+                 agreement.align_command(cfg, run_dir))
 
 
 def log_start(cfg, model, device, pairs: int, run_dir: Path, averaging: bool, dist: Distributed) -> None:

@@ -39,14 +39,16 @@ def rng_states(dist) -> list | None:
 
 
 def save_state(path: Path, cfg, model, optimizer, scheduler, toks, progress: Progress,
-               ema: ExponentialMovingAverage | None = None, rank_rngs: list | None = None) -> None:
+               ema: ExponentialMovingAverage | None = None, rank_rngs: list | None = None,
+               extra: dict | None = None) -> None:
     """A full training checkpoint: weights, optimizer, scheduler, progress and the torch RNG states (CPU, and
     every CUDA device's when CUDA is in use, so dropout continues its sequence after a resume on a GPU).
 
     With ``ema`` (``train.ema_decay``) the checkpoint's ``model`` is the average of the weights, the one validated
     and translated, ``train_weights`` the raw weights that training continues from, and ``ema_updates`` how many
     updates the average has followed (:func:`resume_from` puts them back). ``optimizer=None`` leaves the optimizer
-    state out (``train.best_optimizer=false``: about a third of the size; a resume from it starts Adam afresh)."""
+    state out (``train.best_optimizer=false``: about a third of the size; a resume from it starts Adam afresh).
+    ``extra``: more entries to store (plain data and tensors), e.g. the reverse model of ``train.agreement``."""
     rng = {"torch": torch.get_rng_state()}
     if rank_rngs is not None:
         rng["ranks"] = rank_rngs
@@ -55,6 +57,7 @@ def save_state(path: Path, cfg, model, optimizer, scheduler, toks, progress: Pro
     state = {"optimizer": optimizer.state_dict() if optimizer is not None else None,
              "scheduler": scheduler.state_dict() if scheduler else None,
              "progress": asdict(progress), "rng": rng}
+    state.update(extra or {})
     if ema is not None:
         state.update(weights=ema.averaged_state(model), train_weights=model.state_dict(), ema_updates=ema.updates)
     checkpoint.save(path, model, cfg, *toks, **state)

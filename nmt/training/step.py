@@ -27,13 +27,22 @@ def diverged(norm: torch.Tensor, loss: float, ntok: int, t, optimizer) -> Floati
                               f"{optimizer.param_groups[0]['lr']:g})")
 
 
+def batch_loss(model, batch: Batch, label_smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The teacher-forced loss of one batch: ``(objective, reported)``, here the same summed label-smoothed
+    cross-entropy twice (:func:`nmt.training.agreement.joint_objective` is the joint training's)."""
+    logits, _ = model(batch.src, batch.src_mask, batch.tgt_in)
+    loss = loss_fn(logits.float(), batch.tgt_out, label_smoothing)
+    return loss, loss
+
+
 def train_step(model, optimizer, batches: Batch | list[Batch], t, dist: Distributed | None = None,
-               precision: Precision = FP32, parameters=None) -> tuple[float, int]:
+               precision: Precision = FP32, parameters=None, objective=batch_loss) -> tuple[float, int]:
     """One update from ``batches`` (this rank's K batches; one Batch is K=1): label-smoothed loss, backward of
     each batch (DDP's ``no_sync`` around the forward and backward of all but the last, so the gradients are
     all-reduced once), clipping to ``t.clip``, Adam. ``model`` may be the DDP wrapper; ``parameters`` are the
-    weights to clip (default: the model's). Returns this rank's summed loss (nats) and the update's global
-    number of target tokens.
+    weights to clip (default: the model's). ``objective(model, batch, label_smoothing)`` gives the summed loss to
+    minimise and the one to report (:func:`batch_loss`). Returns this rank's summed reported loss (nats) and the
+    update's global number of target tokens.
 
     Raises:
         FloatingPointError: for a gradient norm that is nan or inf (training diverged: a learning rate too high);
@@ -52,9 +61,8 @@ def train_step(model, optimizer, batches: Batch | list[Batch], t, dist: Distribu
         last = i == len(batches) - 1
         with (model.no_sync() if dist.active and not last else nullcontext()):
             with precision.autocast():
-                logits, _ = model(batch.src, batch.src_mask, batch.tgt_in)
-                loss = loss_fn(logits.float(), batch.tgt_out, t.label_smoothing)
-            scaled = loss / share
+                minimised, loss = objective(model, batch, t.label_smoothing)
+            scaled = minimised / share
             try:
                 (precision.scaler.scale(scaled) if precision.scaler else scaled).backward()
             except RuntimeError as err:

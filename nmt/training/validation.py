@@ -47,9 +47,14 @@ def validation_loss(model, pairs, batch_tokens: int, device) -> float:
 
 def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, toks, run_dir, device,
              progress: Progress, record: dict, ema: ExponentialMovingAverage | None = None,
-             rank_rngs: list | None = None, board=None, gold: GoldSet | None = None) -> str | None:
+             rank_rngs: list | None = None, board=None, gold: GoldSet | None = None,
+             agreement=None) -> str | None:
     """Validation loss/perplexity and greedy BLEU (and, with ``gold``, AER on the gold alignment set:
     :mod:`nmt.training.gold`); checkpoints; metrics.jsonl. Returns a stop reason or None.
+
+    With ``agreement`` (:class:`nmt.training.reverse.Agreement`, ``train.agreement``) the record also gets the
+    reverse model's figures, ``best.pt`` and ``last.pt`` its weights, and ``reverse/checkpoints/best.pt`` is
+    written with ``best.pt``.
 
     ``best.pt`` and the step checkpoint are written before ``last.pt``, so the best BLEU that ``last.pt``
     records is on disk even when the process is killed between the writes; the time the checkpoints record
@@ -66,6 +71,8 @@ def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, tok
         valid_loss = validation_loss(model, valid_pairs, cfg.train.batch_tokens, device)
         bleu = greedy_bleu(model, *toks, valid.src, valid.tgt, cfg.decode, device, cfg.data.tgt_lang)
         alignment = gold.score(model, toks, device) if gold is not None else {}  # eval.gold
+        if agreement is not None:  # train.agreement: the reverse model's figures
+            alignment.update(agreement.validate(cfg, valid_pairs, valid, device))
     model.train()
     progress.train_seconds += time.monotonic() - began  # the budget counts validation: one clock for every figure
     record = {"step": progress.step, "epoch": progress.epoch, **record, "valid_loss": valid_loss,
@@ -84,14 +91,17 @@ def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, tok
     if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
         scheduler.step(bleu)
     progress.validated_step = progress.step
+    extra = agreement.state() if agreement is not None else None
     if improved:  # train.best_optimizer=false: weights only (resuming uses last.pt)
         save_state(run_dir / "checkpoints" / "best.pt", cfg, model,
                    optimizer if cfg.train.get("best_optimizer", True) else None, scheduler, toks, progress, ema,
-                   rank_rngs)
+                   rank_rngs, extra)
+        if agreement is not None:
+            agreement.save_best(run_dir, progress)
     if cfg.train.get("keep_best"):
         keep_step_checkpoint(cfg, model, toks, run_dir, progress, ema)
     save_state(run_dir / "checkpoints" / "last.pt", cfg, model, optimizer, scheduler, toks, progress, ema,
-               rank_rngs)
+               rank_rngs, extra)
     return patience_spent(cfg.train, progress)
 
 
