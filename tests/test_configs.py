@@ -8,6 +8,7 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 from hydra.utils import instantiate
 
 from nmt.models.attention import Additive, Attention, Dot, General, LocalP
+from nmt.models.biases import Biased
 from nmt.models.build import build_model
 from nmt.models.multihead import MultiHead
 from nmt.models.positional import LocalM, Location
@@ -19,8 +20,8 @@ DECODES = sorted(p.stem for p in (CONF / "decode").glob("*.yaml"))
 DATAS = sorted(p.stem for p in (CONF / "data").glob("*.yaml"))
 STYLES = ["luong", "bahdanau"]
 SMALL = ["model.emb_size=6", "model.hidden_size=8", "tokenizer.vocab_size=40"]
-CLASSES = {"additive": Additive, "dot": Dot, "general": General, "local_p": LocalP, "local_m": LocalM,
-           "location": Location, "multihead": MultiHead}
+CLASSES = {"additive": Additive, "additive_biased": Biased, "dot": Dot, "general": General, "local_p": LocalP,
+           "local_m": LocalM, "location": Location, "multihead": MultiHead}
 V_SRC, V_TGT = 23, 29
 
 
@@ -31,7 +32,8 @@ def build(cfg, src_vocab_size, tgt_vocab_size):
 
 def test_options_found():
     """The parametrizations below really cover the config tree."""
-    assert ATTENTIONS == ["additive", "dot", "general", "local_m", "local_p", "location", "multihead"]
+    assert ATTENTIONS == ["additive", "additive_biased", "dot", "general", "local_m", "local_p", "location",
+                          "multihead"]
     assert DECODES == ["beam", "greedy"]
     assert DATAS == ["bitext", "files", "multi30k"]
 

@@ -12,6 +12,10 @@ context ``[B, K, Hk]``, weights ``[B, K, S]``.
 Key projections (U_a h̄_s for additive, W_a h̄_s for general) are computed once per batch by ``prepare(keys)``
 and passed back in as ``prepared``; nothing is stored on the module between calls.
 
+``bias`` (optional, every class): an additive score term ``[B, S]`` (``[B, K, S]``) added to the raw scores
+before the masked softmax, the hook of the structural alignment biases (:mod:`nmt.models.biases`); None adds
+nothing, so the scores are exactly those of the score model alone.
+
 ``attend(...)`` (same arguments) returns ``(context, weights, heads)``: ``forward``'s two results and, for a score
 model with several heads (:mod:`nmt.models.multihead`), every head's weights ``[B, H, S]`` (``[B, K, H, S]``),
 whose mean is ``weights``; None for every other score model. The decoder calls ``attend``.
@@ -41,6 +45,11 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1).masked_fill(~mask, 0.0)
 
 
+def add_bias(scores: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``scores + bias`` (``[B, S]`` or ``[B, K, S]``), or ``scores`` itself when ``bias`` is None."""
+    return scores if bias is None else scores + bias
+
+
 def context_vectors(weights: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     """Context vectors ``c = Σ_s a(s) h̄_s`` (Luong et al. 2015, §3.1): weights ``[B, S]`` or ``[B, K, S]``,
     keys ``[B, S, Hk]`` -> context ``[B, Hk]`` or ``[B, K, Hk]``."""
@@ -62,6 +71,7 @@ class Attention(nn.Module):
         keys: ``[B, S, Hk]`` encoder states h̄_s.
         mask: ``[B, S]`` bool, True on real tokens.
         prepared: ``[B, S, *]`` the result of ``prepare(keys)``; computed here when None.
+        bias: ``[B, S]`` (``[B, K, S]``) added to the scores before the masked softmax, or None.
 
     Returns:
         context ``[B, Hk]`` and weights ``[B, S]`` (rows sum to 1 over real tokens, 0 on padding; a row whose
@@ -70,6 +80,8 @@ class Attention(nn.Module):
     Args (of the constructor):
         query_size: Hq, the size of the decoder state that queries. key_size: Hk, the size of the encoder states.
     """
+
+    uses_history = False  # True: attend also takes the previous weights and the coverage (nmt.models.biases)
 
     def __init__(self, query_size: int, key_size: int):
         super().__init__()
@@ -89,19 +101,20 @@ class Attention(nn.Module):
         """
         raise NotImplementedError
 
-    def forward(self, query, keys, mask, prepared=None, positions=None):
+    def forward(self, query, keys, mask, prepared=None, positions=None, bias=None):
         """Context ``[B, Hk]`` and weights ``[B, S]`` (``[B, K, Hk]``, ``[B, K, S]`` for a ``[B, K, Hq]`` query) of
         ``query`` against ``keys`` ``[B, S, Hk]`` under ``mask`` ``[B, S]``; see the class docstring (eqs. 7-8).
-        ``positions`` (the queries' target steps, for :mod:`nmt.models.positional`) is not used here."""
+        ``positions`` (the queries' target steps, for :mod:`nmt.models.positional`) is not used here; ``bias`` is
+        added to the scores before the softmax."""
         if prepared is None:
             prepared = self.prepare(keys)
-        weights = masked_softmax(self.score(query, prepared), mask)  # [B, S] or [B, K, S]
+        weights = masked_softmax(add_bias(self.score(query, prepared), bias), mask)  # [B, S] or [B, K, S]
         return context_vectors(weights, keys), weights
 
-    def attend(self, query, keys, mask, prepared=None, positions=None):
+    def attend(self, query, keys, mask, prepared=None, positions=None, bias=None):
         """``(context, weights, heads)``: :meth:`forward`'s results and the per-head weights ``[B, H, S]``
         (``[B, K, H, S]``) of a multi-head score model, which overrides this; None here (one head)."""
-        context, weights = self(query, keys, mask, prepared, positions=positions)
+        context, weights = self(query, keys, mask, prepared, positions=positions, bias=bias)
         return context, weights, None
 
 
@@ -266,10 +279,11 @@ class LocalP(Attention):
             lengths = lengths.unsqueeze(1)  # [B, 1]
         return lengths * torch.sigmoid(self.v_p(torch.tanh(self.W_p(query)))).squeeze(-1)
 
-    def forward(self, query, keys, mask, prepared=None, positions=None):
+    def forward(self, query, keys, mask, prepared=None, positions=None, bias=None):
         """Context ``[B, Hk]`` and weights ``[B, S]`` (``[B, K, Hk]``, ``[B, K, S]`` for a ``[B, K, Hq]`` query):
         the softmax over the window times the Gaussian around p_t (eqs. 9-10). Unlike the base contract, a row
-        sums to at most 1 (not renormalised, as in the paper); 0 outside the window and on padding."""
+        sums to at most 1 (not renormalised, as in the paper); 0 outside the window and on padding. ``bias`` is
+        added to the wrapped score before the softmax over the window."""
         if prepared is None:
             prepared = self.prepare(keys)
         p_t = self.centre(query, mask).unsqueeze(-1)  # [B, (K,) 1]
@@ -278,6 +292,6 @@ class LocalP(Attention):
         if query.dim() == 3:
             mask = mask.unsqueeze(1)  # [B, 1, S]
         in_window = mask & (distance.abs() <= self.window)  # [B, (K,) S]
-        align = masked_softmax(self.inner.score(query, prepared), in_window)  # [B, (K,) S]
+        align = masked_softmax(add_bias(self.inner.score(query, prepared), bias), in_window)  # [B, (K,) S]
         weights = align * torch.exp(-(distance**2) / (2 * self.sigma**2))  # [B, (K,) S]
         return context_vectors(weights, keys), weights

@@ -18,6 +18,7 @@ import torch
 from nmt.data.textio import atomic_write
 from nmt.data.tokenizer import Tokenizer
 from nmt.models import attention, multihead, positional
+from nmt.models.biases import BIAS_KEYS
 from nmt.models.build import build_model
 from nmt.models.seq2seq import Seq2Seq
 from nmt.settings import from_plain, to_plain
@@ -34,7 +35,8 @@ def check_attention_node(node, path: str | Path) -> None:
 
     ``build_model`` instantiates ``cfg.attention``; from a checkpoint that node is data written by someone else,
     so its ``_target_`` must name an :class:`nmt.attention.Attention` subclass and every other value must be a
-    plain scalar (no ``_args_``, no nested nodes that Hydra would instantiate too).
+    plain scalar (no ``_args_``, no nested nodes that Hydra would instantiate too), but for ``bias``, a mapping
+    of the structural biases' keys (:data:`nmt.models.biases.BIAS_KEYS`) to plain scalars.
 
     Raises:
         CheckpointError: naming the file and the offending entry.
@@ -48,9 +50,13 @@ def check_attention_node(node, path: str | Path) -> None:
     if not (isinstance(cls, type) and issubclass(cls, attention.Attention) and cls is not attention.Attention):
         raise CheckpointError(f"{path}: refused: its config names attention._target_={target!r}, which is not an "
                               f"nmt.attention model; only load checkpoints written by nmt")
+    plain = (bool, int, float, str)
     for key, value in node.items():
+        if key == "bias" and isinstance(value, dict):  # the structural biases: known keys, plain values
+            value = None if set(value) <= set(BIAS_KEYS) and all(v is None or isinstance(v, plain)
+                                                                 for v in value.values()) else value
         if (not isinstance(key, str) or (key.startswith("_") and key not in ("_target_", "_partial_"))
-                or not (value is None or isinstance(value, (bool, int, float, str)))):
+                or not (value is None or isinstance(value, plain))):
             raise CheckpointError(f"{path}: refused: its config holds attention.{key}={value!r}, which is not a "
                                   f"plain setting of an attention model; only load checkpoints written by nmt")
 

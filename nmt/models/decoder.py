@@ -6,7 +6,6 @@ are batch-first.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -14,46 +13,12 @@ from torch import nn
 
 from nmt.models.attention import Attention
 from nmt.models.layers import PLAIN, Dropout, StepLinears, WordDropout, _gru_update
+from nmt.models.state import DecoderState, Memory
 
 AttentionFactory = Callable[..., Attention]  # called as factory(query_size=H, key_size=H)
 
 
 ATTEND_ELEMENTS = 1 << 24  # floats per slice of queries when attending with all T at once without autograd
-
-
-class Memory(NamedTuple):
-    """What the decoder attends to, computed once per batch.
-
-    keys ``[B, S, H]`` encoder states h̄_s; prepared ``[B, S, *]`` their projection by ``Attention.prepare``;
-    mask ``[B, S]`` bool, True on real source tokens.
-    """
-
-    keys: torch.Tensor
-    prepared: torch.Tensor
-    mask: torch.Tensor
-
-    def select(self, index: torch.Tensor) -> Memory:
-        """Rows ``index`` ``[B']`` of every tensor (beam expansion and reordering)."""
-        return Memory(*(t.index_select(0, index) for t in self))
-
-
-class DecoderState(NamedTuple):
-    """Recurrent decoder state: hidden ``[L, B, H]``; input_feed ``[B, R]`` the previous attentional vector
-    h̃_{t-1} (Luong; R = the readout size: E with tied embeddings, else H) or ``[B, 0]`` (unused: Bahdanau, or
-    Luong without input feeding); heads ``[B, heads, S]``: every head's attention weights at the step that made
-    this state (multi-head attention, :mod:`nmt.models.multihead`; their mean is that step's weights), else None.
-    """
-
-    hidden: torch.Tensor
-    input_feed: torch.Tensor
-    step: int = 0  # the target position t of the next output word (position-based attention reads it)
-    heads: torch.Tensor | None = None
-
-    def select(self, index: torch.Tensor) -> DecoderState:
-        """Rows ``index`` ``[B']`` (beam search reorders hypotheses only through this, per-head weights included)."""
-        heads = None if self.heads is None else self.heads.index_select(0, index)
-        return DecoderState(self.hidden.index_select(1, index), self.input_feed.index_select(0, index), self.step,
-                            heads)
 
 
 class Decoder(nn.Module):
@@ -73,7 +38,8 @@ class Decoder(nn.Module):
     style ``"luong"`` with ``input_feeding=False`` (Luong et al. 2015, §3 without §3.3; OpenNMT's
     ``input_feed 0``): h_t = GRU(E y_{t-1}, h_{t-1}), the rest as above. The recurrence then does not depend on
     attention, so teacher-forced :meth:`forward` steps only the GRU stack through T and then attends with all T
-    queries at once (``[B, T, H]``), and the output h_t no longer passes on to later steps what was attended to
+    queries at once (``[B, T, H]``; one step after another with Markov or fertility biases, whose a_t reads
+    a_{t-1}: :mod:`nmt.models.biases`), and the output h_t no longer passes on to later steps what was attended to
     (Luong et al. found input feeding worth about +1 BLEU). On CPU it trains only a little faster: 8% (1,000 steps
     side by side, one thread each), since a step is compute-bound and the ``[B, T, S, A]`` additive energies are
     built at once instead of step by step. As an aligner it scored 2.1-2.5 AER points better (docs/alignment.md).
@@ -120,6 +86,7 @@ class Decoder(nn.Module):
             nn.GRUCell(emb_size + feed_size if i == 0 else hidden_size, hidden_size) for i in range(num_layers)
         )
         self.attention = attention(query_size=hidden_size, key_size=hidden_size)
+        self.history = self.attention.uses_history  # carry a_{t-1} and the coverage (nmt.models.biases)
         if style == "luong":
             self.combine = nn.Linear(2 * hidden_size, self.readout_size, bias=False)  # W_c
         else:
@@ -187,9 +154,10 @@ class Decoder(nn.Module):
         """The first GRU layer's input weights for the fed part of its input (h̃_{t-1} or c_t): ``[3H, F]``."""
         return self.cells[0].weight_ih[:, self.emb_size:]
 
-    def _attend(self, query: torch.Tensor, memory: Memory, step: int) -> tuple:
-        """Attention for query ``[N, H]`` at target position ``step`` over memory of M rows -> context ``[N, H]``,
-        weights ``[N, S]``, per-head weights ``[N, heads, S]`` or None (``Attention.attend``).
+    def _attend(self, query: torch.Tensor, memory: Memory, state: DecoderState) -> tuple:
+        """Attention for query ``[N, H]`` at target position ``state.step`` over memory of M rows -> context
+        ``[N, H]``, weights ``[N, S]``, per-head weights ``[N, heads, S]`` or None (``Attention.attend``); an
+        attention with Markov or fertility biases also reads the state's previous weights and coverage ``[N, S]``.
 
         N = M (one query per sentence) or N = K·M: K consecutive query rows per memory row, the K hypotheses
         of a beam, which then share their sentence's keys instead of K copies of them.
@@ -198,14 +166,28 @@ class Decoder(nn.Module):
             ValueError: if N is not a multiple of M.
         """
         M = memory.keys.size(0)
+        history = {"previous": state.previous, "coverage": state.coverage} if self.history else {}
         if query.size(0) == M:
-            return self.attention.attend(query, memory.keys, memory.mask, memory.prepared, positions=step)
+            return self.attention.attend(query, memory.keys, memory.mask, memory.prepared, positions=state.step,
+                                         **history)
         if M == 0 or query.size(0) % M:
             raise ValueError(f"{query.size(0)} decoder rows cannot share a memory of {M} rows: "
                              "need a multiple (K hypotheses per sentence)")
+        history = {key: None if x is None else x.view(M, -1, x.size(-1)) for key, x in history.items()}  # [M, K, S]
         attended = self.attention.attend(query.view(M, -1, query.size(-1)), memory.keys, memory.mask,
-                                         memory.prepared, positions=step)  # [M, K, H], [M, K, S], [M, K, heads, S]
+                                         memory.prepared, positions=state.step,
+                                         **history)  # [M, K, H], [M, K, S], [M, K, heads, S]
         return tuple(None if x is None else x.flatten(0, 1) for x in attended)
+
+    def _attend_steps(self, queries: torch.Tensor, memory: Memory, state: DecoderState) -> tuple:
+        """As :meth:`_attend_all`, one target step after another from ``state``: for an attention whose step t
+        reads the weights of the steps before it (Markov and fertility biases), as search computes it."""
+        parts = []
+        for query in queries.unbind(1):
+            context, weights, heads = self._attend(query, memory, state)  # [B, H], [B, S], [B, heads, S]
+            state = state.after(state.hidden, state.input_feed, heads, weights, self.history)
+            parts.append((context, weights, heads))
+        return tuple(None if part[0] is None else torch.stack(part, dim=1) for part in zip(*parts))
 
     def _attend_all(self, queries: torch.Tensor, memory: Memory) -> tuple:
         """Attention for all T queries ``[B, T, H]`` of a sentence at once -> context ``[B, T, H]``, weights
@@ -229,14 +211,14 @@ class Decoder(nn.Module):
         (features, state (with this step's per-head weights), weights ``[B, S]``)."""
         if self.style == "luong":
             hidden = self._stack(emb_gates, state.input_feed, state.hidden, linears)  # [L, B, H]
-            context, weights, heads = self._attend(hidden[-1], memory, state.step)
+            context, weights, heads = self._attend(hidden[-1], memory, state)
             h_tilde = torch.tanh(linears("W_c", torch.cat([context, hidden[-1]], dim=1), self.combine.weight))  # [B, R]
             feed = h_tilde if self.input_feeding else state.input_feed
-            return h_tilde, DecoderState(hidden, feed, state.step + 1, heads), weights
-        context, weights, heads = self._attend(state.hidden[-1], memory, state.step)
+            return h_tilde, state.after(hidden, feed, heads, weights, self.history), weights
+        context, weights, heads = self._attend(state.hidden[-1], memory, state)
         hidden = self._stack(emb_gates, context, state.hidden, linears)  # [L, B, H]
-        return (torch.cat([hidden[-1], context, emb], dim=-1),
-                DecoderState(hidden, state.input_feed, state.step + 1, heads), weights)
+        return (torch.cat([hidden[-1], context, emb], dim=-1), state.after(hidden, state.input_feed, heads, weights,
+                                                                           self.history), weights)
 
     def _readout(self, features: torch.Tensor) -> torch.Tensor:
         """Features ``[..., F]`` -> logits ``[..., V]``."""
@@ -285,7 +267,9 @@ class Decoder(nn.Module):
                 hidden = self._stack(gates_t, state.input_feed, hidden, linears)  # [L, B, H]
                 features.append(hidden[-1])
             out = torch.stack(features, dim=1)  # [B, T, H] top-layer states h_t
-            context, weights, heads = self._attend_all(out, memory)  # [B, T, H], [B, T, S], [B, T, heads, S]
+            # [B, T, H], [B, T, S], [B, T, heads, S]; step by step when a_t reads a_{t-1} (nmt.models.biases)
+            attend = self._attend_steps(out, memory, state) if self.history else self._attend_all(out, memory)
+            context, weights, heads = attend
             h_tilde = torch.tanh(self.combine(torch.cat([context, out], dim=-1)))  # [B, T, R] (eq. 5)
             return self._readout(h_tilde), weights, heads
         # unbind, not emb_gates[:, t]: the backward of an index is a zero-filled [B, T, 3H] tensor per step

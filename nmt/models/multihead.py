@@ -17,7 +17,7 @@ are the head's W_i^Q, W_i^K (RNMT+ uses 4 such heads). The projections have no b
 Same contract as :mod:`nmt.models.attention`: ``forward`` returns ``(context, weights)`` with the mean weights
 ``[B, S]`` (``[B, K, S]`` for a ``[B, K, Hq]`` query): rows sum to 1, exact zeros on padding. Every head's own
 matrix comes from :meth:`MultiHead.attend`, the third result, ``[B, H, S]`` (``[B, K, H, S]``); the decoder
-passes it on in :attr:`nmt.models.decoder.DecoderState.heads` (search) and from
+passes it on in :attr:`nmt.models.state.DecoderState.heads` (search) and from
 :meth:`nmt.models.decoder.Decoder.teacher_force`, and the evaluation writes it beside the combined matrices
 (``P.alignments.heads.npz``, :func:`nmt.decoding.artifacts.heads_path`).
 
@@ -93,16 +93,19 @@ class MultiHead(Attention):
         energy = torch.tanh(query.unsqueeze(-2) + keys.unsqueeze(-3))  # [B, H, K, S, d]
         return torch.matmul(energy, self.v[:, None, :, None]).squeeze(-1)  # [B, H, K, S] = v_iᵀ tanh(q + k)
 
-    def attend(self, query, keys, mask, prepared=None, positions=None):
+    def attend(self, query, keys, mask, prepared=None, positions=None, bias=None):
         """Context ``[B, Hk]``, mean weights ``[B, S]`` and every head's weights ``[B, H, S]`` (``[B, K, Hk]``,
         ``[B, K, S]``, ``[B, K, H, S]`` for a ``[B, K, Hq]`` query, whose K rows share their sentence's keys).
-        ``positions`` is not used."""
+        ``positions`` is not used; ``bias`` ``[B, S]`` (``[B, K, S]``) is added to every head's scores."""
         if prepared is None:
             prepared = self.prepare(keys)
         single = query.dim() == 2
         q = self._split(self.W_q(query.unsqueeze(1) if single else query))  # [B, H, K, d]
         k, v = (self._split(x) for x in prepared.chunk(2, dim=-1))  # [B, H, S, d] each
-        heads = masked_softmax(self.head_scores(q, k), mask[:, None, None, :])  # [B, H, K, S], rows sum to 1
+        scores = self.head_scores(q, k)  # [B, H, K, S]
+        if bias is not None:
+            scores = scores + (bias.unsqueeze(1) if single else bias).unsqueeze(1)  # [B, 1, K, S]: every head
+        heads = masked_softmax(scores, mask[:, None, None, :])  # [B, H, K, S], rows sum to 1
         context = self.W_o(torch.matmul(heads, v).transpose(1, 2).flatten(2))  # [B, K, H·d] -> [B, K, Hk]
         heads = heads.transpose(1, 2)  # [B, K, H, S]
         weights = heads.mean(dim=2)  # [B, K, S]: exactly 0 where every head is
@@ -110,9 +113,9 @@ class MultiHead(Attention):
             return context.squeeze(1), weights.squeeze(1), heads.squeeze(1)
         return context, weights, heads
 
-    def forward(self, query, keys, mask, prepared=None, positions=None):
+    def forward(self, query, keys, mask, prepared=None, positions=None, bias=None):
         """Context ``[B, Hk]`` and the heads' mean weights ``[B, S]`` (``[B, K, Hk]``, ``[B, K, S]`` for a
         ``[B, K, Hq]`` query): the contract of :class:`nmt.models.attention.Attention`; :meth:`attend` also
         returns every head's weights."""
-        context, weights, _ = self.attend(query, keys, mask, prepared, positions)
+        context, weights, _ = self.attend(query, keys, mask, prepared, positions, bias)
         return context, weights

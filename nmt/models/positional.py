@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from nmt.models.attention import Attention, context_vectors, masked_softmax, window_score
+from nmt.models.attention import Attention, add_bias, context_vectors, masked_softmax, window_score
 
 
 def _positions(positions, query: torch.Tensor, name: str) -> torch.Tensor:
@@ -47,8 +47,9 @@ class LocalM(Attention):
         """The wrapped score's key projection: keys ``[B, S, Hk]`` -> ``[B, S, *]``, once per batch."""
         return self.inner.prepare(keys)
 
-    def forward(self, query, keys, mask, prepared=None, positions=None):
-        """Context ``[B, Hk]`` and weights ``[B, S]`` (``[B, K, Hk]``, ``[B, K, S]`` for a ``[B, K, Hq]`` query).
+    def forward(self, query, keys, mask, prepared=None, positions=None, bias=None):
+        """Context ``[B, Hk]`` and weights ``[B, S]`` (``[B, K, Hk]``, ``[B, K, S]`` for a ``[B, K, Hq]`` query);
+        ``bias`` is added to the wrapped score before the softmax over the window.
 
         Raises:
             ValueError: without ``positions``.
@@ -62,7 +63,7 @@ class LocalM(Attention):
         centre = torch.minimum(t, last).unsqueeze(-1)  # [B, (K,) 1]
         source = torch.arange(keys.size(1), device=keys.device, dtype=torch.float32)  # [S]
         in_window = mask & ((source - centre).abs() <= self.window)  # [B, (K,) S]
-        weights = masked_softmax(self.inner.score(query, prepared), in_window)
+        weights = masked_softmax(add_bias(self.inner.score(query, prepared), bias), in_window)
         return context_vectors(weights, keys), weights
 
 
@@ -93,7 +94,7 @@ class Location(Attention):
         index = torch.arange(source, device=query.device).clamp(max=self.max_len - 1)  # [S]
         return self.W_a(query).index_select(-1, index)
 
-    def forward(self, query, keys, mask, prepared=None, positions=None):
+    def forward(self, query, keys, mask, prepared=None, positions=None, bias=None):
         """Context ``[B, Hk]`` and weights ``[B, S]`` (``[B, K, ...]`` for a ``[B, K, Hq]`` query); ``positions``
         is not needed (the target position is in the state)."""
-        return super().forward(query, keys, mask, prepared)
+        return super().forward(query, keys, mask, prepared, bias=bias)

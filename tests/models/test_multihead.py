@@ -7,6 +7,8 @@ import math
 
 import pytest
 import torch
+from tensors import make_batch as _make_batch
+from tensors import padded as _padded
 
 from nmt.decoding.search import BOS_ID, PAD_ID, beam, greedy
 from nmt.models import decoder as decoder_module
@@ -32,17 +34,6 @@ LENGTHS = [5, 2, 9, 1, 7]
 def make(name, seed=0):
     torch.manual_seed(seed)
     return FACTORIES[name](query_size=H, key_size=H)
-
-
-def make_batch(lengths, S=None, seed=1, scale=3.0):
-    """Random queries ``[B, H]`` and keys ``[B, S, H]`` (scaled up so that the rows are far from uniform) and the
-    mask of ``lengths``."""
-    g = torch.Generator().manual_seed(seed)
-    S = S or max(lengths) + 2
-    query = scale * torch.randn(len(lengths), H, generator=g)
-    keys = scale * torch.randn(len(lengths), S, H, generator=g)
-    mask = torch.arange(S).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
-    return query, keys, mask
 
 
 # ---------------------------------------------------------------- the contract
@@ -209,16 +200,6 @@ def build(style="luong", score="dot", seed=0, sharpen=3.0):
     return model
 
 
-def padded(lengths, S=None, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    S = S or max(lengths)
-    src = torch.full((len(lengths), S), PAD_ID)
-    for b, n in enumerate(lengths):
-        src[b, : n - 1] = torch.randint(4, V, (n - 1,), generator=g)
-        src[b, n - 1] = 3  # EOS
-    return src, src != PAD_ID
-
-
 @pytest.mark.parametrize("style", STYLES)
 def test_stepwise_heads_equal_teacher_forced_heads(style, monkeypatch):
     model = build(style)
@@ -287,3 +268,12 @@ def test_the_config_builds_a_multihead_decoder(compose_cfg, score):
     att = model.decoder.attention
     assert type(att) is MultiHead and (att.heads, att.head_size, att.kind) == (2, 4, score)
     assert att.W_o.out_features == 8  # the context has the width the decoder's W_c expects
+
+
+def padded(lengths, S=None, seed=1):
+    return _padded(lengths, V, S, seed)
+
+
+def make_batch(lengths, S=None, seed=1, scale=3.0):
+    """Scaled up so that the rows are far from uniform."""
+    return _make_batch(lengths, S, seed, H, scale)

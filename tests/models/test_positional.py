@@ -5,6 +5,7 @@ import functools
 
 import pytest
 import torch
+from tensors import make_batch
 
 from nmt.models import decoder as decoder_module
 from nmt.models.build import build_model
@@ -22,15 +23,6 @@ LENGTHS = [5, 2, 9, 1, 7]
 def make(name, seed=0):
     torch.manual_seed(seed)
     return FACTORIES[name](query_size=H, key_size=H)
-
-
-def make_batch(lengths, S=None, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    S = S or max(lengths) + 2
-    query = torch.randn(len(lengths), H, generator=g)
-    keys = torch.randn(len(lengths), S, H, generator=g)
-    mask = torch.arange(S).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
-    return query, keys, mask
 
 
 @pytest.mark.parametrize("t", [0, 3, 12])
