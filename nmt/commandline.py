@@ -131,6 +131,8 @@ class SettingsParser(argparse.ArgumentParser):
                 items = _list_items(value)
             except ValueError as err:
                 self.error(f"{key_of(action)}={err}")
+            if not items and action.nargs == "+":
+                self.error(f"{key_of(action)}={value}: give at least one value, e.g. {key_of(action)}=[0,3]")
             return [flag, *items] if items or action.nargs == "*" else []
         return [f"{flag}={value}"]
 

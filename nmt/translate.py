@@ -227,6 +227,11 @@ def check_outputs(cfg: DictConfig) -> tuple[int, int]:
     for key in ("output", "nbest"):
         if cfg[key] and cfg[key] != "-" and Path(cfg[key]).is_dir():
             raise ValueError(f"{key}={cfg[key]} is a folder: give a file name for the {key}")
+    read = {Path(cfg[k]).resolve(): k for k in ("input", "reference") if cfg.get(k) and cfg[k] != "-"}
+    for key in ("output", "nbest", "alignments"):
+        if cfg[key] and cfg[key] != "-" and Path(cfg[key]).resolve() in read:
+            raise ValueError(f"{key}={cfg[key]} is also {read[Path(cfg[key]).resolve()]}=: writing it would replace "
+                             "the text being read; give the output another file name")
     if cfg.alignments:
         check_npz_path(cfg.alignments)
     if cfg.plots and not cfg.alignments:

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 SETTINGS = {
     "nmt.aer": {"gold", "hyp", "gold_format", "one_based", "target_first", "hyp_one_based", "hyp_target_first",
                 "src", "tgt", "bitext"},
-    "nmt.plot": {"index", "out", "gold", "gold_format", "one_based", "target_first", "shift"},
+    "nmt.plot": {"index", "out", "gold", "gold_format", "one_based", "target_first", "shift", "head"},
     "nmt.curves": {"labels", "x", "out", "quiet"},
     "nmt.average": {"out", "best", "last", "other_runs"},
     "nmt.report": {"out", "baseline", "sentences", "test", "samples", "alpha", "sources", "references",
@@ -82,7 +82,7 @@ def test_lists_and_single_values():
     assert parser.parse_args(["f.txt", "index=[0,3,7]"]).index == [0, 3, 7]
     assert parser.parse_args(["f.txt", "index=[0, 3 ,7]"]).index == [0, 3, 7]
     assert parser.parse_args(["f.txt", "index=5"]).index == [5]
-    assert parser.parse_args(["f.txt", "index=[]"]).index == [0]  # an empty list keeps the default
+    assert parser.parse_args(["f.txt", "index=null"]).index == [0]  # null keeps the default; [] is refused (below)
     # quoted items keep their commas and spaces
     labels = parser.parse_args(["f.txt", """labels=["plateau, 90 min",'late decay',dot]"""]).labels
     assert labels == ["plateau, 90 min", "late decay", "dot"]
@@ -313,3 +313,11 @@ def test_every_tool_as_a_program_refuses_a_mistyped_key(module, tmp_path):
     assert errors[0].startswith(f"python -m {module}: error: unknown setting {typo}=...; did you mean {meant}"), \
         proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_an_empty_list_is_refused_not_read_as_the_default(capsys):
+    from nmt.analysis import plot
+
+    with pytest.raises(SystemExit) as info:
+        plot.main(["x.alignments.npz", "index=[]"])
+    assert info.value.code == 2 and "index=[]: give at least one value" in capsys.readouterr().err

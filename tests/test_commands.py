@@ -45,4 +45,6 @@ def test_the_hydra_apps_list_their_settings_from_another_folder(command, setting
         pytest.skip(f"{command} is not on PATH (pip install -e . puts it there)")
     proc = subprocess.run([path, "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
-    assert f"{command} (also python " in proc.stdout and setting in proc.stdout and "attention: additive" in proc.stdout
+    assert f"{command} (also python " in proc.stdout and setting in proc.stdout
+    # nmt-train lists the groups it composes from; nmt-translate has none to choose (the checkpoint holds the model)
+    assert ("attention: additive" in proc.stdout) == (command == "nmt-train")

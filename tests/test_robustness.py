@@ -15,6 +15,7 @@ from nmt.decoding.scoring import score
 from nmt.decoding.translation import translate
 from nmt.models import checkpoint
 from nmt.models.device import pick_device
+from nmt.settings import override
 from nmt.training.run import train
 
 TINY = ["data.train_limit=400", "data.eval_limit=5", "tokenizer.vocab_size=500", "model.emb_size=16",
@@ -539,3 +540,20 @@ def test_a_checkpoint_from_before_the_package_layout_translates_identically(load
     assert [t.text for t in before] == [t.text for t in after]
     for a, b in zip(before, after):
         np.testing.assert_array_equal(a.alignment, b.alignment)
+
+
+def test_translate_refuses_to_write_over_the_text_it_reads(tiny_run, repo_root, tmp_path):
+    source = tmp_path / "in.de"
+    source.write_text("Ein Hund läuft .\n", encoding="utf-8")
+    for key in ("output", "alignments"):
+        target = source if key == "output" else tmp_path / "in.npz"
+        args = [f"input={source}", f"output={source}" if key == "output" else f"output={tmp_path / 'out.en'}"]
+        if key == "alignments":  # the reference is read too: an output over it is refused as well
+            (tmp_path / "in.npz").write_text("Ein Hund .\n", encoding="utf-8")
+            args += [f"reference={target}", f"alignments={target}"]
+        proc = run_script([str(repo_root / "translate.py"), override("checkpoint", tiny_run / "checkpoints" / "best.pt"),
+                           *args], tmp_path)  # the run folder's name holds '=': quoted for Hydra's parser
+        assert proc.returncode == 1, proc.stderr.decode()
+        assert f"{key}={target} is also " in proc.stderr.decode() and "give the output another file name" in \
+            proc.stderr.decode()
+    assert source.read_text(encoding="utf-8") == "Ein Hund läuft .\n"

@@ -214,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"{args.gold} has {len(gold)} sentences but {args.hyp} has {len(hyp)}{hint}")
         result = aer(gold.sure, gold.possible, hyp.links)
     except (OSError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"{parser.prog}: error: {err}", file=sys.stderr)
         return 1
     print(result)
     return 0

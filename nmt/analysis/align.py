@@ -48,6 +48,7 @@ from nmt.analysis.forced import combined_links, force_align, links, load_aligner
 from nmt.analysis.gold import Alignments, AlignmentWarning, read_pharaoh
 from nmt.analysis.heads import best_head, with_head
 from nmt.analysis.symmetrize import symmetrize
+from nmt.commandline import prog_name
 from nmt.data.textio import atomic_write, read_lines
 from nmt.decoding.artifacts import save_alignments
 from nmt.decoding.word_alignment import to_pharaoh
@@ -157,19 +158,19 @@ def _symmetrized(opts: dict, forward: list, sources: list[str], targets: list[st
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m nmt.align``: returns 0; 2 with ``error: ...`` and the usage for a bad command line; 1 with
     ``error: ...`` for unreadable files or checkpoints and mismatched line counts."""
-    argv = sys.argv[1:] if argv is None else argv
+    argv, prog = (sys.argv[1:] if argv is None else argv), prog_name("nmt.align")
     if "-h" in argv or "--help" in argv:
         print(help_text(), end="")
         return 0
     try:
         opts = parse_args(argv)
     except UsageError as err:
-        print(f"error: {err}\n{USAGE}\n(python -m nmt.align --help lists the settings)", file=sys.stderr)
+        print(f"{prog}: error: {err}\n{USAGE}\n({prog} --help lists the settings)", file=sys.stderr)
         return 2
     try:
         lines, warnings, notes = run(opts)
     except (OSError, ValueError) as err:  # CheckpointError, TextFileError and AlignmentFormatError are ValueErrors
-        print(f"error: {err}", file=sys.stderr)
+        print(f"{prog}: error: {err}", file=sys.stderr)
         return 1
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)

@@ -137,6 +137,9 @@ def _key_values(argv: Sequence[str]) -> dict[str, str]:
     for arg in argv:
         key, sep, value = arg.partition("=")
         key = key.lstrip("+")
+        if arg.startswith("--") and key.lstrip("-").replace("-", "_") in KEYS:
+            name = key.lstrip("-").replace("-", "_")
+            raise UsageError(f"argument {arg!r}: settings are written key=value, here {name}=...")
         if not sep or not key:
             raise UsageError(f"argument {arg!r} is not key=value; valid keys: {', '.join(KEYS)}")
         if key not in KEYS:

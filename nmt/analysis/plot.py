@@ -255,7 +255,8 @@ def main(argv: list[str] | None = None) -> list[Path]:
     )
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: the npz's folder)")
     parser.add_argument("--gold", type=Path, help="gold word alignments to draw over the word-level attention")
-    parser.add_argument("--gold-format", choices=FORMATS, default="pharaoh")
+    parser.add_argument("--gold-format", choices=FORMATS, default="pharaoh", help="pharaoh: i-j sure, i?j / ipj "
+                        "possible; naacl: 'sent i j [S|P] [conf]'")
     parser.add_argument("--one-based", action="store_true", help="gold positions count from 1")
     parser.add_argument("--target-first", action="store_true", help="gold links give the target position first")
     parser.add_argument("--shift", type=int, default=0, help="read target word t from attention row t+shift")

@@ -126,8 +126,9 @@ def _decode(raw: bytes, number: int, path: str | Path) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as err:
-        name, fixed = ("stdin", "iconv -f latin1 -t utf-8") if str(path) == "-" else \
-            (path, f"iconv -f latin1 -t utf-8 {path} > fixed.txt")
+        source = "utf-16" if number == 1 and raw[:2] in (b"\xff\xfe", b"\xfe\xff") else "latin1"  # its BOM
+        name, fixed = ("stdin", f"iconv -f {source} -t utf-8") if str(path) == "-" else \
+            (path, f"iconv -f {source} -t utf-8 {path} > fixed.txt")
         raise TextFileError(
             f"{name}: line {number}: byte 0x{raw[err.start]:02x} at column {err.start + 1} is not valid UTF-8; "
             f"re-encode the file as UTF-8 (for example: {fixed})"

@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     options = _options(parser, args)
-    command = " ".join(["python -m nmt.report", *map(shlex.quote, argv)])
+    command = " ".join([parser.prog, *map(shlex.quote, argv)])
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")

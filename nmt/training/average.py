@@ -190,6 +190,12 @@ def main(argv: list[str] | None = None) -> int:
             paths = select_checkpoints(args.inputs[0], best=args.best, last=args.last)
         else:
             paths = [Path(p) for p in args.inputs]
+            for path in paths:  # before any warning: a folder or a missing file is the one thing to say
+                if path.is_dir():
+                    raise ValueError(f"{path} is a folder: give best=K or last=K to average a run's step "
+                                     "checkpoints, or the checkpoint files themselves")
+                if not path.is_file():
+                    raise FileNotFoundError(f"checkpoint not found: {path}")
         asked = args.best or args.last or len(paths)
         if len(paths) < asked:  # one warning, also when only one is left (not a second "only one" line)
             log.warning("%s has %d step checkpoint%s, fewer than the %d asked for: %s", args.inputs[0],

@@ -200,7 +200,8 @@ def test_parse_args_defaults_and_errors():
                          (["method=best"], "argmax_target, argmax_source, threshold"),
                          (["reverse_checkpoint=r", "method=threshold"], "intersection, union"),
                          (["matrices=m.txt"], ".npz"), (["out=o2"], "twice"),
-                         (["reverse_checkpoint=r", "combine=product", "matrices=m"], "must end in .npz")]:
+                         (["reverse_checkpoint=r", "combine=product", "matrices=m"], "must end in .npz"),
+                         (["--shift", "1"], "settings are written key=value, here shift=...")]:
         with pytest.raises(UsageError, match=message):
             parse_args(["checkpoint=c", "src=s", "tgt=t", "out=o", *bad])
 

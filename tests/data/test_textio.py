@@ -88,6 +88,16 @@ def test_latin1_on_stdin_is_named_stdin(monkeypatch):
         read_lines("-")
 
 
+def test_a_utf16_file_gets_the_utf16_conversion(tmp_path):
+    path = tmp_path / "windows.txt"
+    path.write_text("Müller\nzwei\n", encoding="utf-16")  # with its byte-order mark, as Windows tools write it
+    with pytest.raises(TextFileError, match=rf"line 1: byte 0x(ff|fe) at column 1 .*iconv -f utf-16 -t utf-8 {path}"):
+        read_lines(path)
+    (tmp_path / "latin1.txt").write_bytes("ok\nM\xfcller\n".encode("latin-1"))  # not at the start: latin1 advice
+    with pytest.raises(TextFileError, match="line 2: .*iconv -f latin1"):
+        read_lines(tmp_path / "latin1.txt")
+
+
 def test_atomic_write_roundtrip(tmp_path):
     path = tmp_path / "sub" / "out.txt"
     atomic_write(path, "eins\nzwei\u2028drei\n")

@@ -189,7 +189,12 @@ def test_command_line(three_checkpoints, tmp_path, capsys):
     key = "decoder.cells.0.weight_hh"
     torch.testing.assert_close(payload["model"][key], (states[0][key] + states[1][key]) / 2)
     assert main([str(tmp_path / "missing.pt"), f"out={tmp_path / 'b.pt'}"]) == 1
-    assert "missing.pt" in capsys.readouterr().err
+    assert capsys.readouterr().err.strip() == f"python -m nmt.average: error: checkpoint not found: " \
+                                              f"{tmp_path / 'missing.pt'}"  # one line: no warning before it
+    assert main([str(paths[0].parent), f"out={tmp_path / 'b.pt'}"]) == 1  # a run's folder without best=/last=
+    assert capsys.readouterr().err.strip() == f"python -m nmt.average: error: {paths[0].parent} is a folder: give " \
+                                              "best=K or last=K to average a run's step checkpoints, or the " \
+                                              "checkpoint files themselves"
     # out= naming one of the inputs would replace that checkpoint: refused, the file unchanged
     before = paths[0].read_bytes()
     assert main([str(p) for p in paths[:2]] + [f"out={paths[0]}"]) == 1
