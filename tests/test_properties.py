@@ -4,7 +4,7 @@ the module runs in well under a minute; the tiny model is trained once on a real
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import shutil
 import string
 
@@ -42,12 +42,9 @@ def tiny_run(tmp_path_factory, compose_cfg):
 
 
 @pytest.fixture(scope="module")
-def translate_script(repo_root):
-    """translate.py as a module (its ``run(cfg)``, without Hydra's command line)."""
-    spec = importlib.util.spec_from_file_location("translate_script", repo_root / "translate.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def translate_script():
+    """The translate command's module, nmt.translate (its ``run(cfg)``, without Hydra's command line)."""
+    return importlib.import_module("nmt.translate")
 
 
 @settings(SLOW_OK, max_examples=12)
