@@ -102,8 +102,7 @@ class SettingsParser(argparse.ArgumentParser):
                 positional_only = True
                 out.append(arg)
             elif arg.startswith("-") and not positional_only and arg not in ("-", "-h", "--help"):
-                self._warn_old_flag(arg, settings)
-                out.append(arg)
+                out.append(self._old_flag(arg, settings))
             elif match and match.group(1).replace("-", "_") in settings:
                 key = match.group(1).replace("-", "_")
                 flags.pop(key, None)  # the last value of a key wins; null goes back to the default
@@ -143,18 +142,22 @@ class SettingsParser(argparse.ArgumentParser):
         self.error(f"unknown setting {key}=...; {hint}settings: {', '.join(settings) or 'none'} "
                    f"(a file whose name has '=' in it: write it as ./{key}=...)")
 
-    def _warn_old_flag(self, arg: str, settings: dict[str, argparse.Action]) -> None:
-        """A one-line warning for ``--flag``, the older spelling of ``flag=...``."""
-        name = arg[2:].split("=", 1)[0].replace("-", "_") if arg.startswith("--") else ""
-        if name in settings:
-            print(f"{self.prog}: warning: {arg.split('=', 1)[0]} is the older spelling; write {name}=...",
-                  file=sys.stderr)
+    def _old_flag(self, arg: str, settings: dict[str, argparse.Action]) -> str:
+        """``--flag`` (or ``--flag=value``), the older spelling of ``flag=...``: a one-line warning, and the flag as
+        argparse declares it (``--one_based`` -> ``--one-based``); anything else unchanged, for argparse to judge."""
+        flag, sep, value = arg.partition("=")
+        name = flag[2:].replace("-", "_") if arg.startswith("--") else ""
+        if name not in settings:
+            return arg
+        print(f"{self.prog}: warning: {flag} is the older spelling; write {name}=...", file=sys.stderr)
+        return settings[name].option_strings[-1] + sep + value
 
     def parse_args(self, args: Sequence[str] | None = None, namespace=None):
         return super().parse_args(self.translate(sys.argv[1:] if args is None else args), namespace)
 
     def error(self, message: str):
-        message = _FLAG.sub(lambda m: m.group(1).replace("-", "_") + "=", message)
+        if not message.startswith("unrecognized arguments"):  # those are shown as the user wrote them
+            message = _FLAG.sub(lambda m: m.group(1).replace("-", "_") + "=", message)
         message = message.replace("argument ", "setting ", 1) if message.startswith("argument ") else message
         self.print_usage(sys.stderr)
         self.exit(2, f"{self.prog}: error: {message}\n({self.prog} --help lists the settings)\n")

@@ -183,6 +183,11 @@ def _leaf_keys(node, prefix: str = "") -> list[str]:
     return keys
 
 
+# nodes that the code reads with defaults for the keys a config leaves out (nmt.models.biases checks attention.bias,
+# nmt.training.gold eval.gold): a +key there is read, so it is not refused
+OPTIONAL_NODES = ("attention.bias", "eval.gold.")
+
+
 def check_added_keys(cfg: DictConfig, overrides: list[str], groups) -> None:
     """Refuse a ``+key=value`` override that adds a setting: no configuration has it, so nothing reads it, and the
     run would go on with the value silently ignored (Hydra suggests ``+`` for a mistyped key). Config groups
@@ -196,7 +201,8 @@ def check_added_keys(cfg: DictConfig, overrides: list[str], groups) -> None:
         ValueError: naming the override and the closest existing setting.
     """
     added = [o for o in OverridesParser.create().parse_overrides(list(overrides))
-             if o.is_add() and not o.key_or_group.startswith("hydra") and o.key_or_group not in set(groups)]
+             if o.is_add() and not o.key_or_group.startswith(("hydra", *OPTIONAL_NODES))
+             and o.key_or_group not in set(groups)]
     if not added:
         return
     known = [k for k in _leaf_keys(cfg) if k not in {o.key_or_group for o in added}]
@@ -245,8 +251,8 @@ def unknown_setting(config_name: str, argv: list[str]) -> str | None:
     absent = object()
     for o in overrides:
         key = o.key_or_group
-        if key.split("@")[0] in groups or o.is_add() or o.is_delete() or key.startswith("hydra"):
-            continue
+        if key.split("@")[0] in groups or o.is_add() or o.is_delete() or key.startswith(("hydra", *OPTIONAL_NODES)):
+            continue  # an optional node's key without '+': Hydra says to add the '+', which is then accepted
         parent = OmegaConf.select(cfg, key.rpartition(".")[0], default=absent) if "." in key else cfg
         if isinstance(parent, DictConfig) and key.rpartition(".")[2] not in list(parent.keys()):  # ??? ones too
             close = _closest(key, _leaf_keys(cfg))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from nmt.analysis.plot import plot_npz
 from nmt.data.normalize import Normalizer
@@ -228,10 +228,16 @@ def check_outputs(cfg: DictConfig) -> tuple[int, int]:
         if cfg[key] and cfg[key] != "-" and Path(cfg[key]).is_dir():
             raise ValueError(f"{key}={cfg[key]} is a folder: give a file name for the {key}")
     read = {Path(cfg[k]).resolve(): k for k in ("input", "reference") if cfg.get(k) and cfg[k] != "-"}
-    for key in ("output", "nbest", "alignments"):
-        if cfg[key] and cfg[key] != "-" and Path(cfg[key]).resolve() in read:
-            raise ValueError(f"{key}={cfg[key]} is also {read[Path(cfg[key]).resolve()]}=: writing it would replace "
-                             "the text being read; give the output another file name")
+    checkpoints = cfg.checkpoint if isinstance(cfg.checkpoint, ListConfig) else [cfg.checkpoint]
+    read.update({Path(str(c)).resolve(): "checkpoint" for c in checkpoints})
+    written = [(key, Path(cfg[key])) for key in ("output", "nbest", "alignments") if cfg[key] and cfg[key] != "-"]
+    if cfg.alignments:  # the tokens file (and a multi-head model's heads file) beside the matrices
+        npz = Path(cfg.alignments)
+        written += [("alignments", npz.with_suffix(".jsonl")), ("alignments", npz.with_name(npz.stem + ".heads.npz"))]
+    for key, path in written:
+        if path.resolve() in read:
+            raise ValueError(f"{key}={cfg[key]} would write {path.name}, which is {read[path.resolve()]}=: it would "
+                             "replace the file being read; give the output another file name")
     if cfg.alignments:
         check_npz_path(cfg.alignments)
     if cfg.plots and not cfg.alignments:

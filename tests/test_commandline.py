@@ -321,3 +321,13 @@ def test_an_empty_list_is_refused_not_read_as_the_default(capsys):
     with pytest.raises(SystemExit) as info:
         plot.main(["x.alignments.npz", "index=[]"])
     assert info.value.code == 2 and "index=[]: give at least one value" in capsys.readouterr().err
+
+
+def test_an_old_flag_with_underscores_is_read_too(capsys):
+    args = small_parser().parse_args(["f.txt", "--one_based", "--index", "2"])
+    assert args.one_based and args.index == [2]
+    err = capsys.readouterr().err
+    assert "--one_based is the older spelling; write one_based=..." in err
+    with pytest.raises(SystemExit):
+        small_parser().parse_args(["f.txt", "--bogus", "3"])
+    assert "unrecognized arguments: --bogus 3" in capsys.readouterr().err  # as written, not bogus= 3

@@ -542,18 +542,19 @@ def test_a_checkpoint_from_before_the_package_layout_translates_identically(load
         np.testing.assert_array_equal(a.alignment, b.alignment)
 
 
-def test_translate_refuses_to_write_over_the_text_it_reads(tiny_run, repo_root, tmp_path):
-    source = tmp_path / "in.de"
+def test_translate_refuses_to_write_over_a_file_it_reads(tiny_run, repo_root, tmp_path):
+    """An output over the input, the reference, the checkpoint, or the tokens file written beside alignments=:
+    refused before any work, and the file read is left as it was."""
+    source, model = tmp_path / "in.jsonl", tmp_path / "model.pt"
     source.write_text("Ein Hund läuft .\n", encoding="utf-8")
-    for key in ("output", "alignments"):
-        target = source if key == "output" else tmp_path / "in.npz"
-        args = [f"input={source}", f"output={source}" if key == "output" else f"output={tmp_path / 'out.en'}"]
-        if key == "alignments":  # the reference is read too: an output over it is refused as well
-            (tmp_path / "in.npz").write_text("Ein Hund .\n", encoding="utf-8")
-            args += [f"reference={target}", f"alignments={target}"]
-        proc = run_script([str(repo_root / "translate.py"), override("checkpoint", tiny_run / "checkpoints" / "best.pt"),
-                           *args], tmp_path)  # the run folder's name holds '=': quoted for Hydra's parser
-        assert proc.returncode == 1, proc.stderr.decode()
-        assert f"{key}={target} is also " in proc.stderr.decode() and "give the output another file name" in \
-            proc.stderr.decode()
+    model.write_bytes((tiny_run / "checkpoints" / "best.pt").read_bytes())
+    cases = {"output": [f"output={source}"],
+             "alignments": [f"output={tmp_path / 'out.en'}", f"alignments={tmp_path / 'in.npz'}"],  # in.jsonl
+             "nbest": [f"output={tmp_path / 'out.en'}", f"nbest={model}", "decode.n_best=2"]}
+    for key, args in cases.items():
+        proc = run_script([str(repo_root / "translate.py"), f"checkpoint={model}", f"input={source}", *args], tmp_path)
+        err = proc.stderr.decode()
+        assert proc.returncode == 1 and f"error: {key}=" in err and " would write " in err, err
+        assert "give the output another file name" in err, err
     assert source.read_text(encoding="utf-8") == "Ein Hund läuft .\n"
+    assert model.read_bytes() == (tiny_run / "checkpoints" / "best.pt").read_bytes()

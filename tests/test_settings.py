@@ -42,6 +42,18 @@ def test_an_added_key_that_nothing_reads_is_refused_with_the_setting_meant(compo
         check_added_keys(cfg, [added], ["attention", "data", "decode"])
 
 
+def test_keys_added_to_the_optional_nodes_are_accepted(compose_cfg):
+    """attention.bias and eval.gold are read with defaults for the keys a config leaves out (their own checks
+    refuse unknown keys), so +attention.bias.markov=1 on any score model and +eval.gold.KEY=V are not refused."""
+    overrides = ["attention=dot", "+attention.bias.position=true", "+attention.bias.markov=1"]
+    check_added_keys(compose_cfg(overrides), overrides, ["attention", "data", "decode"])
+    overrides = ["+experiment=align_de_en", "+eval.gold.lowercase=true"]
+    check_added_keys(compose_cfg(overrides), overrides, ["attention", "data", "decode", "experiment"])
+    from nmt.settings import unknown_setting
+
+    assert unknown_setting("train", ["+experiment=align_de_en", "eval.gold.threshold=0.2"]) is None  # in the preset
+
+
 def test_added_config_groups_and_hydra_keys_are_accepted(compose_cfg):
     overrides = ["+experiment=multi30k_de_en", "+hydra.callbacks.x._target_=m.X", "decoder.style=bahdanau"]
     check_added_keys(compose_cfg(overrides[:1] + overrides[2:]), overrides, ["attention", "data", "decode", "experiment"])

@@ -9,6 +9,7 @@ Command line (key=value, like train.py and every other tool)::
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from nmt.analysis.heads import parse_head
 from nmt.analysis.symmetrize import COMBINATIONS, SYMMETRIZATIONS
@@ -110,8 +111,12 @@ def parse_args(argv: Sequence[str]) -> dict:
             check_npz_path(opts["matrices"], key="matrices")
         except ValueError as err:
             raise UsageError(str(err)) from None
+    if not 0 < opts["threshold"] <= 1:
+        raise UsageError(f"threshold={opts['threshold']}: give an attention mass in (0, 1] (method=threshold links "
+                         "the word pairs with at least that mass)")
     _resolve_method(opts)
     _check_head(opts)
+    _check_outputs(opts)
     return opts
 
 
@@ -171,3 +176,21 @@ def _resolve_method(opts: dict) -> None:
                 else " (symmetrization needs reverse_checkpoint=PATH, a model trained target -> source)")
         raise UsageError(f"method={opts['method']}{hint}; valid methods "
                          f"{'with' if reverse else 'without'} reverse_checkpoint: {', '.join(valid)}")
+
+
+def _check_outputs(opts: dict) -> None:
+    """Refuse an ``out=`` or ``matrices=`` (with the ``.jsonl`` and ``.heads.npz`` written beside it) that is a
+    file this command reads, or each other: writing it would replace that file."""
+    read = {Path(opts[k]).resolve(): k for k in ("src", "tgt", "gold", "checkpoint", "reverse_checkpoint") if opts[k]}
+    written = {Path(opts["out"]).resolve(): "out"}
+    if opts["matrices"]:
+        npz = Path(opts["matrices"])
+        for path in (npz, npz.with_suffix(".jsonl"), npz.with_name(npz.stem + ".heads.npz")):
+            if path.resolve() in written:
+                raise UsageError(f"out={opts['out']} and matrices={opts['matrices']} would write one file: give "
+                                 "them different names")
+            written[path.resolve()] = "matrices"
+    for path, key in written.items():
+        if path in read:
+            raise UsageError(f"{key}={opts[key]} would write {path.name}, which is {read[path]}={opts[read[path]]}: "
+                             "give the output another file name (the file being read would be replaced)")

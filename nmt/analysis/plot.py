@@ -236,6 +236,8 @@ def _chosen_head(text: str, npz_path: Path, gold, shift: int) -> str | int:
         return head
     if gold is None:
         raise ValueError("head=best chooses the head with the lowest AER on the first half of a gold set: add gold=FILE")
+    if not Path(npz_path).is_file():
+        raise FileNotFoundError(f"{npz_path} not found")
     choice = best_head(load_saved(npz_path), gold, extract=lambda t: links(t, "argmax_target", shift=shift))
     print(f"head=best: head {choice.head}, AER {choice.selection.aer:.4f} on gold lines 1-{len(choice.chosen_on)} "
           f"(heads: {' '.join(f'{r.aer:.4f}' for r in choice.per_head)}), {choice.held_out.aer:.4f} on the rest",

@@ -201,9 +201,20 @@ def test_parse_args_defaults_and_errors():
                          (["reverse_checkpoint=r", "method=threshold"], "intersection, union"),
                          (["matrices=m.txt"], ".npz"), (["out=o2"], "twice"),
                          (["reverse_checkpoint=r", "combine=product", "matrices=m"], "must end in .npz"),
-                         (["--shift", "1"], "settings are written key=value, here shift=...")]:
+                         (["--shift", "1"], "settings are written key=value, here shift=..."),
+                         (["method=threshold", "threshold=0"], r"give an attention mass in \(0, 1\]"),
+                         (["threshold=1.5"], "threshold=1.5: give an attention mass")]:
         with pytest.raises(UsageError, match=message):
             parse_args(["checkpoint=c", "src=s", "tgt=t", "out=o", *bad])
+
+
+def test_outputs_that_would_replace_a_file_being_read_are_refused():
+    for args, message in [(["out=s"], "out=s would write s, which is src=s"),  # the source text
+                          (["out=o", "matrices=m.npz", "gold=m.jsonl"], "matrices=m.npz would write m.jsonl"),
+                          (["out=m.jsonl", "matrices=m.npz"], "would write one file"),
+                          (["out=c"], "which is checkpoint=c")]:
+        with pytest.raises(UsageError, match=message):
+            parse_args(["checkpoint=c", "src=s", "tgt=t", *args])
 
 
 # ------------------------------------------------------------------------------------------ symmetrize, by hand
