@@ -15,7 +15,6 @@ from nmt.decoding.scoring import score
 from nmt.decoding.translation import translate
 from nmt.models import checkpoint
 from nmt.models.device import pick_device
-from nmt.settings import override
 from nmt.training.run import train
 
 TINY = ["data.train_limit=400", "data.eval_limit=5", "tokenizer.vocab_size=500", "model.emb_size=16",
