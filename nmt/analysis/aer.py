@@ -177,18 +177,24 @@ def _read_files(args: argparse.Namespace) -> tuple[list[tuple[int, int]] | None,
     return lengths, gold, hyp
 
 
+def position_warning(name: str, links: Sequence[set[Link]], null_links: int, one_based: bool) -> str | None:
+    """A warning for an alignment file that looks read with the wrong origin, or None: ``links`` (per sentence,
+    as read) never use position 0 although the file was read as 0-based (a 1-based file?), or ``null_links``
+    links at position 0 were skipped as NULL although it was read as 1-based (a 0-based file?)."""
+    if not one_based and _zero_never_used(links):
+        return f"{name}: no link uses position 0; is the file 1-based?"
+    if one_based and null_links:
+        return (f"{name}: {null_links} link(s) use position 0, which a 1-based file reserves for NULL, and were "
+                "skipped; is the file 0-based?")
+    return None
+
+
 def _warn_about_positions(args: argparse.Namespace, gold: Alignments, hyp: Alignments) -> None:
     """Warn on stderr about a file that looks 1-based but is read as 0-based, or the other way round."""
-    for name, alignments, flag in (
-        (args.gold, gold.possible, args.one_based),
-        (args.hyp, hyp.links, args.hyp_one_based),
-    ):
-        if not flag and _zero_never_used(alignments):
-            print(f"warning: {name}: no link uses position 0; is the file 1-based?", file=sys.stderr)
-    for name, alignments, flag in ((args.gold, gold, args.one_based), (args.hyp, hyp, args.hyp_one_based)):
-        if flag and alignments.null_links:
-            print(f"warning: {name}: {alignments.null_links} link(s) use position 0, which a 1-based file "
-                  "reserves for NULL, and were skipped; is the file 0-based?", file=sys.stderr)
+    for name, links, nulls, one_based in ((args.gold, gold.possible, gold.null_links, args.one_based),
+                                          (args.hyp, hyp.links, hyp.null_links, args.hyp_one_based)):
+        if message := position_warning(name, links, nulls, one_based):
+            print(f"warning: {message}", file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

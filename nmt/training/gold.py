@@ -30,7 +30,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from nmt.analysis.aer import aer
+from nmt.analysis.aer import aer, position_warning
 from nmt.analysis.forced import aligner_input, force_align, links
 from nmt.analysis.gold import FORMATS, Alignments, AlignmentWarning, read_alignments
 from nmt.data.textio import read_lines
@@ -171,6 +171,9 @@ def load_gold(cfg, quiet: bool = False) -> GoldSet | None:
     if caught and not quiet:
         log.warning("eval.gold: %d gold link(s) outside the sentences dropped (as nmt.aer with src= and tgt= "
                     "does); first: %s", len(caught), caught[0].message)
+    origin = position_warning(f"eval.gold.links={opts['links']}", gold.possible, gold.null_links, opts["one_based"])
+    if origin and not quiet:
+        log.warning("%s (eval.gold.one_based=%s)", origin, str(opts["one_based"]).lower())
     prepare = aligner_input(cfg.data, opts["lowercase"])
     extract = {key: opts[key] for key in ("method", "threshold", "shift", "temperature")}
     return GoldSet(prepare(sources), prepare(targets), gold, lengths, extract, int(opts["batch_size"]))

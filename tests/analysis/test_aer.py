@@ -381,3 +381,27 @@ def test_cli_warns_about_a_zero_based_hypothesis_read_as_one_based(tmp_path, cap
     assert "AER 0.0000" in out.out and "link(s) use position 0" not in out.err
     assert main([f"gold={gold}", "one_based=true", f"hyp={hyp}", "hyp_one_based=true"]) == 0
     assert "hyp.txt: 2 link(s) use position 0, which a 1-based file reserves for NULL" in capsys.readouterr().err
+
+
+def test_a_gold_file_read_with_the_wrong_origin_is_named(tmp_path):
+    """The 0-based German-English gold set read as 1-based loses its links at position 0 (110 of them): nmt.aer,
+    nmt.align's gold= and eval.gold all say so, through position_warning."""
+    import os
+    from pathlib import Path
+
+    from nmt.analysis.aer import position_warning
+    from nmt.analysis.align import _read_gold
+    from nmt.data.textio import read_lines
+
+    folder = Path(os.environ["NMT_DATA_DIR"]) / "align_deen_bicici100"
+    sources, targets = read_lines(folder / "test.de.gz"), read_lines(folder / "test.en.gz")
+    opts = {"gold": str(folder / "de-en.wa.gz"), "gold_one_based": True}
+    gold, found = _read_gold(opts, sources, targets)
+    assert gold.null_links == 110
+    assert found[-1] == (f"gold={opts['gold']}: 110 link(s) use position 0, which a 1-based file reserves for NULL, "
+                         "and were skipped; is the file 0-based?")
+    gold, found = _read_gold({**opts, "gold_one_based": False}, sources, targets)
+    assert not any("position 0" in message for message in found)  # read right: only the one out-of-range link
+    shifted = [{(s + 1, t + 1) for s, t in sentence} for sentence in gold.possible]  # a 1-based file read as 0-based
+    assert position_warning("f", shifted, 0, False) == "f: no link uses position 0; is the file 1-based?"
+    assert position_warning("f", gold.possible, 0, False) is None

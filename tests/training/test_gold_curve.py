@@ -103,3 +103,11 @@ def test_off_by_default(compose_cfg):
 def test_a_bad_gold_setting_is_refused_before_any_work(compose_cfg, override, message):
     with pytest.raises((ValueError, FileNotFoundError), match=message):
         check_settings(compose_cfg([GOLD_SETTING, override]))
+
+
+def test_a_gold_set_read_with_the_wrong_origin_is_logged(compose_cfg, caplog):
+    with caplog.at_level("WARNING"):
+        gold = load_gold(compose_cfg(["+experiment=align_de_en", "eval.gold.one_based=true"]))
+    assert gold.gold.null_links == 110
+    assert "110 link(s) use position 0, which a 1-based file reserves for NULL" in caplog.text
+    assert "(eval.gold.one_based=true)" in caplog.text
