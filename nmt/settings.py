@@ -259,3 +259,10 @@ def unknown_setting(config_name: str, argv: list[str]) -> str | None:
             return (f"no setting {key}" + (f" (did you mean {' or '.join(close)}?)" if close else "")
                     + "; --help lists every setting")
     return None
+
+
+def refuse_unknown_settings(config_name: str, prog: str) -> None:
+    """Before Hydra runs ``prog``: end the command with ``prog: error: no setting ...`` (exit status 1) when its
+    command line names a setting that ``config_name`` does not have (:func:`unknown_setting`)."""
+    if message := unknown_setting(config_name, sys.argv[1:]):
+        sys.exit(f"{prog}: error: {message}")

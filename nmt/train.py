@@ -25,8 +25,8 @@ from nmt.settings import (
     command_name,
     config_dir,
     override_keys,
+    refuse_unknown_settings,
     save_hydra_record,
-    unknown_setting,
 )
 from nmt.training.distributed import Distributed, DistributedError, init_distributed, reports_shared_errors
 from nmt.training.lock import RunFolderBusy, RunLock, lock_run_folder
@@ -166,10 +166,10 @@ def main(cfg: DictConfig) -> float:
 
 
 def command() -> None:
-    """The ``nmt-train`` command (also ``python train.py`` and ``python -m nmt.train``): a mistyped setting is refused
-    in one line with the closest settings (:func:`nmt.settings.unknown_setting`), then Hydra runs :func:`main`."""
-    if message := unknown_setting("train", sys.argv[1:]):
-        sys.exit(f"{PROG}: error: {message}")
+    """The ``nmt-train`` command (also ``python train.py`` and ``python -m nmt.train``): a mistyped setting is
+    refused in one line with the closest settings (:func:`nmt.settings.refuse_unknown_settings`), then Hydra
+    runs :func:`main`."""
+    refuse_unknown_settings("train", PROG)
     main()
 
 

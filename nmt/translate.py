@@ -32,7 +32,7 @@ from nmt.settings import (
     check_added_keys,
     command_name,
     config_dir,
-    unknown_setting,
+    refuse_unknown_settings,
 )
 
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
@@ -252,10 +252,10 @@ def check_outputs(cfg: DictConfig) -> tuple[int, int]:
 
 
 def command() -> None:
-    """The ``nmt-translate`` command (also ``python translate.py`` and ``python -m nmt.translate``): a mistyped setting is refused
-    in one line with the closest settings (:func:`nmt.settings.unknown_setting`), then Hydra runs :func:`main`."""
-    if message := unknown_setting("translate", sys.argv[1:]):
-        sys.exit(f"{PROG}: error: {message}")
+    """The ``nmt-translate`` command (also ``python translate.py`` and ``python -m nmt.translate``): a mistyped setting is
+    refused in one line with the closest settings (:func:`nmt.settings.refuse_unknown_settings`), then Hydra
+    runs :func:`main`."""
+    refuse_unknown_settings("translate", PROG)
     main()
 
 

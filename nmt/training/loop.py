@@ -203,8 +203,9 @@ def interrupted(cfg, model, optimizer, scheduler, toks, run_dir: Path, progress:
                 elapsed: float, overrides=(), ema: ExponentialMovingAverage | None = None,
                 dist: Distributed | None = None, agreement=None) -> str:
     """Save ``last.pt`` (with ``ema``: the average as its model, the raw weights to resume from; with
-    ``agreement``: the reverse model too; rank 0 alone, with every rank's RNG state) after a signal and print the command that resumes (the run's own command-line
-    ``overrides`` repeated, so its budget and schedule carry over); returns the stop reason."""
+    ``agreement``: the reverse model too; rank 0 alone, with every rank's RNG state) after a signal and print the
+    command that resumes (the run's own command-line ``overrides`` repeated, so its budget and schedule carry
+    over); returns the stop reason."""
     dist = dist or Distributed()
     progress.train_seconds = elapsed
     rngs = rng_states(dist)
