@@ -48,6 +48,7 @@ from nmt.data.corpus import Parallel, load_splits
 from nmt.decoding.translation import translate
 from nmt.models import checkpoint
 from nmt.models.build import build_model
+from nmt.models.precision import Precision
 from nmt.training.schedule import make_optimizer
 from nmt.training.step import train_step
 from nmt.training.subwords import prepare_tokenizers
@@ -119,10 +120,11 @@ def load_corpus(cfg, corpus: str) -> dict[str, Parallel]:
 
 
 def time_steps(model, optimizer, batches, cfg) -> tuple[float, int]:
-    """Seconds and target tokens for training on ``batches``."""
+    """Seconds and target tokens for training on ``batches`` (in ``train.precision``)."""
+    precision = Precision(cfg.train.get("precision") or "fp32", torch.device("cpu"))
     tokens, start = 0, time.perf_counter()
     for batch in batches:
-        tokens += train_step(model, optimizer, batch, cfg.train)[1]
+        tokens += train_step(model, optimizer, batch, cfg.train, precision=precision)[1]
     return time.perf_counter() - start, tokens
 
 

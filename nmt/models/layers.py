@@ -13,10 +13,15 @@ class _StepLinear(torch.autograd.Function):
     """``F.linear`` for one step of a recurrence, whose weight (and bias) gradient is left to the last backward
     call of the sequence: it is then one matrix product over all steps, ``Gᵀ X`` with T·B rows, instead of T
     products with B rows each (which a CPU runs at a fraction of its GEMM rate). The input gradient is computed
-    at every step as usual. ``bank`` collects the inputs and output gradients of the steps."""
+    at every step as usual. ``bank`` collects the inputs and output gradients of the steps, and under autocast
+    (bf16/fp16) holds the weight and bias cast once for the whole sequence (``low``), where autocast would cast
+    them again at every step, in the forward and in the backward."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, bank):
+        low = bank["low"]  # (weight, bias) in the autocast dtype, or None in fp32
+        if low is not None:
+            x, (weight, bias) = x.to(low[0].dtype), low
         ctx.save_for_backward(x, weight)
         ctx.bank, ctx.has_bias = bank, bias is not None
         bank["calls"] += 1
@@ -24,17 +29,18 @@ class _StepLinear(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        x, weight = ctx.saved_tensors
+        x, weight = ctx.saved_tensors  # both in the forward's dtype (fp32, or the autocast dtype)
         bank = ctx.bank
+        grad = grad.to(weight.dtype)
         bank["x"].append(x)
         bank["grad"].append(grad)
-        # under autocast (bf16/fp16) grad is half while weight stays fp32: the input gradient in grad's dtype, the
-        # weight gradient in the weight's (no-ops in fp32)
-        grad_x = grad @ weight.to(grad.dtype) if ctx.needs_input_grad[0] else None
+        grad_x = grad @ weight if ctx.needs_input_grad[0] else None  # autograd casts it to the input's dtype
         if len(bank["grad"]) < bank["calls"]:  # later steps come first in backward: wait for step 0
             return grad_x, None, None, None
-        xs, grads = torch.cat(bank["x"]).to(weight.dtype), torch.cat(bank["grad"]).to(weight.dtype)
+        xs, grads = torch.cat(bank["x"]), torch.cat(bank["grad"])
         bank["x"].clear(), bank["grad"].clear()
+        # the weight gradient in the forward's dtype, as autocast computes a layer's (fp32 accumulation inside the
+        # product); the fp32 weights receive it cast back by autograd
         return grad_x, grads.t() @ xs, grads.sum(0) if ctx.has_bias else None, None
 
 
@@ -51,10 +57,18 @@ class StepLinears:
 
     def __call__(self, name: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None):
         """``x Wᵀ + b``: x ``[N, in]``, weight ``[out, in]``, bias ``[out]`` -> ``[N, out]``. ``name`` picks the
-        bank whose steps share one weight-gradient product in backward."""
+        bank whose steps share one weight-gradient product in backward (and, under autocast, one cast of W and b:
+        the weights must not change during the sequence, as in any forward pass)."""
         if not self.deferred:
             return F.linear(x, weight, bias)
-        bank = self.banks.setdefault(name, {"calls": 0, "x": [], "grad": []})
+        bank = self.banks.get(name)
+        if bank is None:
+            kind = x.device.type
+            low = None
+            if torch.is_autocast_enabled(kind) and torch.get_autocast_dtype(kind) != weight.dtype:
+                dtype = torch.get_autocast_dtype(kind)
+                low = (weight.detach().to(dtype), None if bias is None else bias.detach().to(dtype))
+            bank = self.banks[name] = {"calls": 0, "x": [], "grad": [], "low": low}
         return _StepLinear.apply(x, weight, bias, bank)
 
 
