@@ -12,8 +12,8 @@ Prints (see bench/README.md for the FLOP count):
 - training target tokens/s over a steady window (``--steps``, default 300, after ``--warmup`` steps), with a fixed
   seed, ``torch.set_num_threads(--threads)`` and the real training step (label smoothing, clipping, Adam);
 - peak resident memory of this process (the whole benchmark: data, model, optimizer, decoding);
-- test_2016_flickr translation sentences/s, greedy and beam 5 (batch ``decode.batch_size``), with the model just
-  trained for the window (or ``--checkpoint``), after one warm-up batch;
+- test_2016_flickr translation sentences/s, greedy and beam 5 (batch ``decode.batch_size``, in ``train.precision``),
+  with the model just trained for the window (or ``--checkpoint``), after one warm-up batch;
 - the model's FLOPs per target token (forward + backward, from the layer sizes and the corpus' mean lengths), the
   measured fp32 GEMM rate of this machine (a large and a decoder-sized product), and the fraction of the large-GEMM
   rate that training reaches;
@@ -48,7 +48,7 @@ from nmt.data.corpus import Parallel, load_splits
 from nmt.decoding.translation import translate
 from nmt.models import checkpoint
 from nmt.models.build import build_model
-from nmt.models.precision import Precision
+from nmt.models.precision import Precision, check_precision
 from nmt.training.schedule import make_optimizer
 from nmt.training.step import train_step
 from nmt.training.subwords import prepare_tokenizers
@@ -119,9 +119,15 @@ def load_corpus(cfg, corpus: str) -> dict[str, Parallel]:
     return {"train": Parallel("train", src, tgt), "valid": multi["valid"], "test": multi["test"]}
 
 
+def run_precision(cfg) -> Precision:
+    """The precision the benchmark trains and decodes in: ``train.precision`` (``auto`` resolved for this CPU)."""
+    cpu = torch.device("cpu")
+    return Precision(check_precision(cfg.train.get("precision") or "fp32", cpu), cpu)
+
+
 def time_steps(model, optimizer, batches, cfg) -> tuple[float, int]:
     """Seconds and target tokens for training on ``batches`` (in ``train.precision``)."""
-    precision = Precision(cfg.train.get("precision") or "fp32", torch.device("cpu"))
+    precision = run_precision(cfg)
     tokens, start = 0, time.perf_counter()
     for batch in batches:
         tokens += train_step(model, optimizer, batch, cfg.train, precision=precision)[1]
@@ -129,10 +135,11 @@ def time_steps(model, optimizer, batches, cfg) -> tuple[float, int]:
 
 
 def decode_speed(model, src_tok, tgt_tok, sentences, cfg, beam_size: int) -> float:
-    """Sentences/s translating ``sentences`` (one warm-up batch first)."""
-    translate(model, src_tok, tgt_tok, sentences[:32], cfg.decode, torch.device("cpu"), beam_size=beam_size)
-    start = time.perf_counter()
-    translate(model, src_tok, tgt_tok, sentences, cfg.decode, torch.device("cpu"), beam_size=beam_size)
+    """Sentences/s translating ``sentences`` in ``train.precision`` (one warm-up batch first)."""
+    with run_precision(cfg).autocast():
+        translate(model, src_tok, tgt_tok, sentences[:32], cfg.decode, torch.device("cpu"), beam_size=beam_size)
+        start = time.perf_counter()
+        translate(model, src_tok, tgt_tok, sentences, cfg.decode, torch.device("cpu"), beam_size=beam_size)
     return len(sentences) / (time.perf_counter() - start)
 
 
@@ -259,6 +266,7 @@ def main() -> None:
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=[f"threads={args.threads}", "device=cpu", *args.overrides])
     report: dict = {"overrides": args.overrides, "threads": args.threads, "torch": torch.__version__,
+                    "precision": run_precision(cfg).name,
                     "gemm_gflops": {"1200x512x8000": gemm_rate(1200, 512, 8000), "64x512x1536": gemm_rate(64, 512, 1536)},
                     "config": OmegaConf.to_container(cfg.model), "rounds": []}
     for _ in range(args.rounds):
@@ -290,11 +298,11 @@ def summarize(report: dict, peer_name: str | None) -> None:
               f"{last['train_flops'] / 1e6:.1f} MFLOP per target token (forward+backward)")
         for part, macs in last["macs_forward"].items():
             print(f"  {part:<28} {macs / 1e6:6.2f} M multiply-adds forward")
-        print(f"training: {rate:,.0f} target tokens/s ({last['train_sec_per_step']:.3f} s/step, "
+        print(f"training ({report['precision']}): {rate:,.0f} target tokens/s ({last['train_sec_per_step']:.3f} s/step, "
               f"{last['mean_tgt_tokens_per_batch']:.0f} tokens/batch) = {achieved:.1f} GFLOP/s = "
               f"{100 * achieved / gemm:.0f}% of the GEMM rate (ceiling {gemm * 1e9 / last['train_flops']:,.0f} tok/s)")
         print(f"peak memory: {last['peak_rss_train_gb']:.2f} GB after training, {last['peak_rss_gb']:.2f} GB in all")
-    print(f"translation: {mean('ours', 'test_greedy_sent_per_sec'):.1f} sent/s greedy, "
+    print(f"translation ({report['precision']}): {mean('ours', 'test_greedy_sent_per_sec'):.1f} sent/s greedy, "
           f"{mean('ours', 'test_beam5_sent_per_sec'):.1f} sent/s beam 5")
     if "scaling" in last:
         print(f"seconds per epoch by data share: {last['scaling']['sec_per_epoch']}")
