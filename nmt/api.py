@@ -112,7 +112,8 @@ class Translator:
 
         Args:
             sentences: the source lines; empty lines get empty translations.
-            precision: ``fp32``, ``bf16`` (autocast on CPU or GPU) or ``fp16`` (CUDA only) for the search's products.
+            precision: ``fp32``, ``bf16`` (autocast on CPU or GPU), ``fp16`` (CUDA only) or ``auto`` (bf16 on a
+                CPU with bf16 units, else fp32: :func:`nmt.models.precision.auto_precision`) for the search's products.
             **decode: decoding settings for this call: ``beam_size`` (1 = greedy), ``n_best``, ``length_penalty``,
                 ``coverage_penalty``, ``max_len_a``, ``max_len_b``, ``mbr``, ``batch_size``, ``max_src_len``, ...
         Returns:
@@ -128,7 +129,7 @@ class Translator:
         if any(not isinstance(line, str) for line in lines):
             raise TypeError("sentences must be a string or a sequence of strings")
         settings = self.settings(**decode)
-        check_precision(precision, self.device, "precision")
+        precision = check_precision(precision, self.device, "precision")
         n_best = settings.n_best if "n_best" in decode else 1
         lines = self._normalizer.lines(lines)
         with Precision(precision, self.device).autocast():

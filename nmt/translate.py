@@ -118,7 +118,7 @@ def run(cfg: DictConfig, stage: dict | None = None) -> None:
     absolute_paths(cfg, TRANSLATE_PATHS)
     set_threads(cfg.threads)
     device = pick_device(cfg.device)
-    check_precision(cfg.precision, device, "precision")
+    precision = check_precision(cfg.precision, device, "precision")  # auto -> fp32 or bf16
     beam_size, n_best = check_outputs(cfg)
     sentences = read_lines(cfg.input, key="input")
     references = read_lines(cfg.reference, key="reference") if cfg.reference else None
@@ -131,7 +131,7 @@ def run(cfg: DictConfig, stage: dict | None = None) -> None:
     # a model trained on normalized text (data.normalize, e.g. the alignment presets) sees its input the same way
     sentences = Normalizer.from_config(model_cfg.data.get("normalize"), model_cfg.data.src_lang).lines(sentences)
     start, stage["now"] = time.perf_counter(), "translating"
-    with Precision(cfg.precision, device).autocast():
+    with Precision(precision, device).autocast():
         nbest = translate_nbest(model, src_tok, tgt_tok, sentences, cfg.decode, device, beam_size, n_best)
     results = [block[0] for block in nbest]
     seconds, stage["now"] = time.perf_counter() - start, "writing"
@@ -142,7 +142,7 @@ def run(cfg: DictConfig, stage: dict | None = None) -> None:
     settings = decoding_settings(cfg.decode, beam_size)  # for the success line and the reference's scores
     log.info("translated %d lines (%d empty) in %.1f s (%.1f sentences/s; %s loaded in %.1f s), beam size %d, %s%s: "
              "%s", len(results), sum(not t.src_pieces for t in results), seconds, len(results) / max(seconds, 1e-9),
-             path, loading, beam_size, cfg.precision,
+             path, loading, beam_size, precision,
              f" with MBR ({settings['mbr']}, temperature {settings['mbr_temperature']})" if settings["mbr"] else "",
              "stdout" if cfg.output == "-" else cfg.output)
     if cut := [i + 1 for i, t in enumerate(results) if at_length_limit(t, cfg.decode)]:
@@ -154,7 +154,7 @@ def run(cfg: DictConfig, stage: dict | None = None) -> None:
         draw_plots(cfg, results)
     if references is not None:
         stage["now"] = "scoring"
-        print_scores(cfg, model_cfg, results, references, settings, path)
+        print_scores(cfg, model_cfg, results, references, {**settings, "precision": precision}, path)
 
 
 def load_models(cfg: DictConfig, device):
@@ -177,13 +177,13 @@ def load_models(cfg: DictConfig, device):
 
 
 def print_scores(cfg: DictConfig, model_cfg, results: list, references: list[str], settings: dict, path) -> None:
-    """BLEU and chrF of ``results`` against ``references``, with their signatures, the decoding ``settings`` and
-    the checkpoint ``path``, to stderr."""
+    """BLEU and chrF of ``results`` against ``references``, with their signatures, the decoding ``settings``
+    (the precision that ran among them) and the checkpoint ``path``, to stderr."""
     # the hypotheses are in the training convention (data.normalize): score them against references in it
     # too, as the final evaluation of training does
     target = Normalizer.from_config(model_cfg.data.get("normalize"), model_cfg.data.tgt_lang)
     scores = score([t.text for t in results], target.lines(references), model_cfg.data.tgt_lang)
-    scores.update(**settings, precision=cfg.precision, checkpoint=str(path))
+    scores.update(**settings, checkpoint=str(path))
     if target.active:
         scores["references_normalized"] = dict(model_cfg.data.normalize)
     print(json.dumps(scores, indent=2), file=sys.stderr)

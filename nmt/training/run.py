@@ -66,8 +66,10 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = (), dist: Dis
     torch.manual_seed(cfg.seed)
     set_threads(cfg.get("threads"))
     device = device or pick_device(cfg.device)
-    precision = cfg.train.get("precision") or "fp32"
-    check_precision(precision, device)
+    setting = cfg.train.get("precision") or "fp32"
+    precision = check_precision(setting, device)
+    if setting != precision and dist.is_main:
+        log.info("train.precision=%s: training in %s on %s", setting, precision, device)
     if not dist.is_main:  # rank 0 trains the subwords or copies the checkpoint's files first
         dist.barrier("waiting for rank 0 to prepare the run folder")
     cfg, splits, model, toks, payload = start_or_resume(cfg, run_dir, device, overrides, write=dist.is_main)

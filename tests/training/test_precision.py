@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+import nmt.models.precision
 from nmt.data.batches import collate
 from nmt.models.build import build_model
-from nmt.models.precision import Precision, check_precision
+from nmt.models.precision import Precision, check_precision, cpu_has_bf16
 from nmt.training.run import train
 from nmt.training.step import train_step
 
@@ -54,8 +55,25 @@ def test_bf16_run_writes_fp32_checkpoints(compose_cfg, tmp_path):
 
 @pytest.mark.parametrize("precision, device, message", [
     ("fp16", "cpu", "train.precision=fp16 needs a CUDA device"),
-    ("half", "cpu", "train.precision=half is not one of fp32, bf16, fp16"),
+    ("half", "cpu", "train.precision=half is not one of fp32, bf16, fp16, auto"),
 ])
 def test_bad_precision_is_refused(precision, device, message):
     with pytest.raises(ValueError, match=message):
         check_precision(precision, torch.device(device))
+
+
+AMD_ZEN4 = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16 avx512_vnni\nbugs\t\t: sysret_ss_attrs\n"
+XEON_AMX = "flags\t\t: fpu avx2 avx512f amx_bf16 amx_tile amx_int8\n"
+OLDER = "flags\t\t: fpu sse2 avx2 avx512f avx512bw\nbugs\t\t: avx512_bf16_is_not_a_flag_here\n"
+
+
+@pytest.mark.parametrize("cpuinfo, fast", [(AMD_ZEN4, True), (XEON_AMX, True), (OLDER, False), (None, False)])
+def test_auto_precision_is_bf16_only_on_a_cpu_with_bf16_units(cpuinfo, fast, tmp_path, monkeypatch):
+    path = tmp_path / "cpuinfo"
+    if cpuinfo is not None:  # None: no such file (another system than Linux)
+        path.write_text(cpuinfo)
+    assert cpu_has_bf16(path) is fast
+    monkeypatch.setattr(nmt.models.precision, "cpu_has_bf16", lambda: fast)
+    assert check_precision("auto", torch.device("cpu")) == ("bf16" if fast else "fp32")
+    assert check_precision("auto", torch.device("cuda")) == "fp32"  # launch-bound on a GPU: fp32 is faster
+    assert check_precision("fp32", torch.device("cpu")) == "fp32" and check_precision("bf16", torch.device("cpu")) == "bf16"
