@@ -2,7 +2,7 @@
 
 import torch
 
-from nmt.data.tokenizer import PAD_ID
+from nmt.data.tokenizer import BOS_ID, PAD_ID
 
 
 def make_batch(lengths, S=None, seed=1, hidden=8, scale=1.0):
@@ -25,3 +25,12 @@ def padded(lengths, vocab, S=None, seed=1):
         src[b, : n - 1] = torch.randint(4, vocab, (n - 1,), generator=g)
         src[b, n - 1] = 3  # EOS
     return src, src != PAD_ID
+
+
+def teacher_forced(model, src_row, ids):
+    """Teacher forcing of the hypothesis ``ids`` for the source ``src_row`` ``[S_b]``: its alignment
+    ``[len(ids), S_b]`` and per-head alignments ``[heads, len(ids), S_b]`` (None without multi-head attention)."""
+    tgt_in = torch.tensor([[BOS_ID] + ids[:-1]])
+    with torch.no_grad():
+        _, weights, heads = model.teacher_force(src_row.unsqueeze(0), (src_row != PAD_ID).unsqueeze(0), tgt_in)
+    return weights[0], None if heads is None else heads[0].transpose(0, 1)

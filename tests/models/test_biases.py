@@ -7,10 +7,10 @@ import math
 
 import pytest
 import torch
-from tensors import make_batch
+from tensors import make_batch, teacher_forced
 from tensors import padded as _padded
 
-from nmt.decoding.search import BOS_ID, PAD_ID, beam, greedy
+from nmt.decoding.search import beam, greedy
 from nmt.models import checkpoint
 from nmt.models import decoder as decoder_module
 from nmt.models.attention import Additive, Dot, General, LocalP
@@ -210,14 +210,6 @@ def test_luong_without_feeding_attends_step_by_step_only_with_history(monkeypatc
     assert calls == [1]
 
 
-def teacher_forced(model, src_row, ids):
-    """Alignment ``[len(ids), S_b]`` of the hypothesis ``ids`` by teacher forcing."""
-    tgt_in = torch.tensor([[BOS_ID] + ids[:-1]])
-    with torch.no_grad():
-        _, weights = model(src_row.unsqueeze(0), (src_row != PAD_ID).unsqueeze(0), tgt_in)
-    return weights[0]
-
-
 @pytest.mark.parametrize("score", ["additive", "multihead"])
 @pytest.mark.parametrize("style", STYLES)
 def test_beam_and_greedy_alignments_equal_teacher_forcing_of_their_hypotheses(style, score):
@@ -229,7 +221,7 @@ def test_beam_and_greedy_alignments_equal_teacher_forcing_of_their_hypotheses(st
     reordered = 0
     for b, n in enumerate(lengths):
         for h in results[b] + [results_greedy[b]]:
-            expected = teacher_forced(model, src[b, :n], h.ids)
+            expected = teacher_forced(model, src[b, :n], h.ids)[0]
             torch.testing.assert_close(h.alignment, expected, atol=1e-5, rtol=1e-4)
         reordered += sum(h.ids[: len(h.ids) - 2] != results[b][0].ids[: len(h.ids) - 2] for h in results[b])
     assert reordered > 0  # hypotheses that left the best one's path early: their history rows were reordered

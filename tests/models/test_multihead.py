@@ -9,8 +9,9 @@ import pytest
 import torch
 from tensors import make_batch as _make_batch
 from tensors import padded as _padded
+from tensors import teacher_forced
 
-from nmt.decoding.search import BOS_ID, PAD_ID, beam, greedy
+from nmt.decoding.search import beam, greedy
 from nmt.models import decoder as decoder_module
 from nmt.models.attention import Additive, Dot
 from nmt.models.build import build_model
@@ -223,14 +224,6 @@ def test_stepwise_heads_equal_teacher_forced_heads(style, monkeypatch):
     assert (heads[..., 0, :] - heads[..., 1, :]).abs().max() > 1e-2  # two different heads
 
 
-def teacher_forced_heads(model, src_row, ids):
-    """Per-head alignments ``[heads, len(ids), S_b]`` of the hypothesis ``ids`` by teacher forcing."""
-    tgt_in = torch.tensor([[BOS_ID] + ids[:-1]])
-    with torch.no_grad():
-        _, _, heads = model.teacher_force(src_row.unsqueeze(0), (src_row != PAD_ID).unsqueeze(0), tgt_in)
-    return heads[0].transpose(0, 1)
-
-
 @pytest.mark.parametrize("score", ["dot", "additive"])
 @pytest.mark.parametrize("style", STYLES)
 def test_beam_and_greedy_heads_equal_teacher_forcing_of_their_hypotheses(style, score):
@@ -244,7 +237,7 @@ def test_beam_and_greedy_heads_equal_teacher_forcing_of_their_hypotheses(style, 
         assert len({tuple(h.ids) for h in results[b]}) == len(results[b])
         for h in results[b] + [results_greedy[b]]:
             assert h.heads.shape == (2, len(h.ids), n)
-            expected = teacher_forced_heads(model, src[b, :n], h.ids)
+            expected = teacher_forced(model, src[b, :n], h.ids)[1]
             torch.testing.assert_close(h.heads, expected, atol=1e-5, rtol=1e-4)
             torch.testing.assert_close(h.alignment, h.heads.mean(dim=0), atol=1e-6, rtol=1e-5)
         reordered += sum(h.ids[:1] != results[b][0].ids[:1] for h in results[b])
