@@ -61,15 +61,13 @@ class StepLinears:
         the weights must not change during the sequence, as in any forward pass)."""
         if not self.deferred:
             return F.linear(x, weight, bias)
-        bank = self.banks.get(name)
-        if bank is None:
+        if name not in self.banks:
             kind = x.device.type
-            low = None
-            if torch.is_autocast_enabled(kind) and torch.get_autocast_dtype(kind) != weight.dtype:
-                dtype = torch.get_autocast_dtype(kind)
-                low = (weight.detach().to(dtype), None if bias is None else bias.detach().to(dtype))
-            bank = self.banks[name] = {"calls": 0, "x": [], "grad": [], "low": low}
-        return _StepLinear.apply(x, weight, bias, bank)
+            dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else weight.dtype
+            low = None if dtype == weight.dtype else (weight.detach().to(dtype),
+                                                      None if bias is None else bias.detach().to(dtype))
+            self.banks[name] = {"calls": 0, "x": [], "grad": [], "low": low}
+        return _StepLinear.apply(x, weight, bias, self.banks[name])
 
 
 PLAIN = StepLinears(deferred=False)
