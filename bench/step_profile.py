@@ -29,12 +29,11 @@ from pathlib import Path
 
 import torch
 from hydra import compose, initialize_config_dir
-from speed import ROOT, gemm_rate, load_corpus  # bench/ is the script's folder, so on sys.path
+from speed import ROOT, gemm_rate, load_corpus, run_precision  # bench/ is the script's folder, so on sys.path
 from torch.profiler import ProfilerActivity, profile
 
 from nmt.data.batches import encode_pairs, iterate_batches
 from nmt.models.build import build_model
-from nmt.models.precision import Precision, check_precision
 from nmt.training.schedule import make_optimizer
 from nmt.training.step import train_step
 from nmt.training.subwords import prepare_tokenizers
@@ -113,8 +112,6 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=[f"threads={args.threads}", "device=cpu", *args.overrides])
-    device = torch.device("cpu")
-    precision = check_precision(cfg.train.get("precision") or "fp32", device)
     torch.manual_seed(cfg.seed)
     splits = load_corpus(cfg, "multi30k")
     src_tok, tgt_tok = prepare_tokenizers(cfg.tokenizer, splits["train"], Path(args.work) / "spm_multi30k")
@@ -123,7 +120,7 @@ def main() -> None:
     optimizer, _ = make_optimizer(model, cfg)
     batches = list(iterate_batches(pairs, cfg.train.batch_tokens, shuffle=True, seed=cfg.seed))
     batches = batches[: args.warmup + args.steps]
-    run = Precision(precision, device)
+    run = run_precision(cfg)  # train.precision, auto resolved for this CPU
     for batch in batches[: args.warmup]:
         train_step(model, optimizer, batch, cfg.train, precision=run)
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
@@ -131,10 +128,10 @@ def main() -> None:
         for batch in batches[args.warmup:]:
             train_step(model, optimizer, batch, cfg.train, precision=run)
         wall = time.perf_counter() - start
-    report = {"overrides": args.overrides, "threads": args.threads, "precision": precision, "torch": torch.__version__,
+    report = {"overrides": args.overrides, "threads": args.threads, "precision": run.name, "torch": torch.__version__,
               "gemm_gflops_fp32": gemm_rate(1200, 512, 8000),
               **breakdown(prof.key_averages(group_by_input_shape=True), wall, args.steps)}
-    print(f"{args.steps} training steps ({precision}, {args.threads} threads): {report['ms_per_step']:.0f} ms per step "
+    print(f"{args.steps} training steps ({run.name}, {args.threads} threads): {report['ms_per_step']:.0f} ms per step "
           "(wall time, the profiler's own cost included)")
     for group, figures in report["groups"].items():
         print(f"  {group:<52} {figures['ms_per_step']:7.1f} ms  {100 * figures['share']:5.1f}%")
