@@ -127,17 +127,24 @@ def has_aer(curve: Curve) -> bool:
     return any(r.get("aer") is not None for r in curve.records)
 
 
+def has_symmetrized(curve: Curve) -> bool:
+    """Whether an agreement run (``train.agreement``) recorded the AER of its two directions soft-symmetrized."""
+    return any(r.get("symmetrized_aer") is not None for r in curve.records)
+
+
 def format_table(curve: Curve) -> str:
     """A text table of one run: step, epoch, minutes, validation BLEU, perplexity, learning rate, tokens/s, and
-    the AER in % (``-`` where a validation has none) when the run recorded it."""
-    aer = has_aer(curve)
+    the AER in % (``-`` where a validation has none) when the run recorded it (and that of the two directions
+    soft-symmetrized, ``sym%``, for an agreement run)."""
+    errors = [key for key, has in (("aer", has_aer), ("symmetrized_aer", has_symmetrized)) if has(curve)]
+    names = {"aer": "AER%", "symmetrized_aer": "sym%"}
     lines = [f"# {curve.label}", f"{'step':>7} {'epoch':>5} {'min':>6} {'BLEU':>6} {'ppl':>7} {'lr':>9} {'tok/s':>6}"
-             + (f" {'AER%':>6}" if aer else "")]
+             + "".join(f" {names[key]:>6}" for key in errors)]
     columns = [curve.column(key) for key in ("step", "epoch", "minutes", "valid_bleu", "valid_ppl", "lr",
-                                             "tokens_per_sec", "aer")]
-    for step, epoch, minutes, bleu, ppl, lr, speed, error in zip(*columns):
+                                             "tokens_per_sec", *errors)]
+    for step, epoch, minutes, bleu, ppl, lr, speed, *error in zip(*columns):
         lines.append(f"{step:>7} {epoch:>5} {minutes:>6.1f} {bleu:>6.2f} {ppl:>7.2f} {lr:>9.2e} {speed:>6.0f}"
-                     + ("" if not aer else f" {100 * error:>6.1f}" if math.isfinite(error) else f" {'-':>6}"))
+                     + "".join(f" {100 * e:>6.1f}" if math.isfinite(e) else f" {'-':>6}" for e in error))
     return "\n".join(lines)
 
 
@@ -151,11 +158,12 @@ def summary(curve: Curve) -> str:
     diverged = len(curve.records) - len(curve.finite())
     best_text = "no finite BLEU" if best is None else f"{best['valid_bleu']:.2f} at step {best['step']}"
     alignment = ""
-    if has_aer(curve):
-        scored = [r for r in curve.records if r.get("aer") is not None]
-        lowest = min(scored, key=lambda r: (r["aer"], r["step"]))
-        alignment = (f"; best AER {100 * lowest['aer']:.1f}% at step {lowest['step']}, last "
-                     f"{100 * scored[-1]['aer']:.1f}% at step {scored[-1]['step']}")
+    for key, name in (("aer", "AER"), ("symmetrized_aer", "symmetrized AER")):
+        scored = [r for r in curve.records if r.get(key) is not None]
+        if scored:
+            lowest = min(scored, key=lambda r: (r[key], r["step"]))
+            alignment += (f"; best {name} {100 * lowest[key]:.1f}% at step {lowest['step']}, last "
+                          f"{100 * scored[-1][key]:.1f}% at step {scored[-1]['step']}")
     return (f"{curve.label}: best valid BLEU {best_text}; last {last['valid_bleu']:.2f} at step {last['step']}; "
             f"trend {trend}" + alignment + (f"; {diverged} validation(s) with NaN BLEU (diverged?)" if diverged
                                             else ""))
@@ -193,13 +201,18 @@ def plot_curves(curves: list[Curve], out: str | Path, x: str = "step") -> Path:
         xs, style = curve.column(key), styles[(i // 10) % len(styles)]  # colours repeat after 10 runs
         for ax, (column, _, _) in zip(axes, panels):
             ys = [100 * y for y in curve.column(column)] if column == "aer" else curve.column(column)
-            ax.plot(xs, ys, style, marker="o", markersize=3, label=curve.label)
+            line = ax.plot(xs, ys, style, marker="o", markersize=3, label=curve.label)[0]
+            if column == "aer" and has_symmetrized(curve):  # an agreement run: its pair, in the same colour
+                ax.plot(xs, [100 * y for y in curve.column("symmetrized_aer")], ":", marker="s", markersize=3,
+                        color=line.get_color(), label=f"{curve.label}, both directions")
     for ax, (column, ylabel, title) in zip(axes, panels):
         ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
         ax.grid(alpha=0.3)
     axes[1].set_yscale("log")
     axes[1].yaxis.set_major_formatter(FormatStrFormatter("%g"))
     axes[1].yaxis.set_minor_formatter(FormatStrFormatter("%g"))
+    if any(has_symmetrized(curve) for curve in curves):
+        axes[-1].legend(fontsize=8)  # which AER line is a model's own and which its pair's
     if len(curves) <= 5:
         ax_bleu.legend(fontsize=8)
         fig.tight_layout()

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nmt.analysis.aer import aer, position_warning
-from nmt.analysis.forced import aligner_input, force_align, links
+from nmt.analysis.forced import aligner_input, combined_links, force_align, links
 from nmt.analysis.gold import FORMATS, Alignments, AlignmentWarning, read_alignments
 from nmt.data.textio import read_lines
 from nmt.decoding.word_alignment import METHODS
@@ -73,9 +73,23 @@ class GoldSet:
         Returns:
             ``{"aer", "alignment_precision", "alignment_recall"}`` as fractions (NaN where undefined).
         """
-        forced = force_align(model, *toks, self.sources, self.targets, self.batch_size, device)
-        hyp = [{(s, t) for s, t in links(sentence, **self.extract) if s < n_src and t < n_tgt}
-               for sentence, (n_src, n_tgt) in zip(forced, self.lengths)]  # as nmt.aer src= tgt= drops them
+        return self.score_forced(self.force(model, toks, device))
+
+    def force(self, model, toks, device) -> list:
+        """``model``'s forced alignment of every gold pair (:func:`nmt.analysis.forced.force_align`), in order."""
+        return force_align(model, *toks, self.sources, self.targets, self.batch_size, device)
+
+    def score_forced(self, forced: list, backward: list | None = None) -> dict:
+        """AER, precision and recall (as :meth:`score`) of the links extracted from ``forced`` (:meth:`force`); with
+        ``backward``, the reverse model's forced alignments of the same pairs (target -> source), of the two
+        directions soft-symmetrized first (``combine=product`` of ``nmt.align``:
+        :func:`nmt.analysis.forced.combined_links`)."""
+        if backward is None:
+            found = [links(sentence, **self.extract) for sentence in forced]
+        else:
+            found = [combined_links(f, b, "product", **self.extract) for f, b in zip(forced, backward)]
+        hyp = [{(s, t) for s, t in pairs if s < n_src and t < n_tgt}
+               for pairs, (n_src, n_tgt) in zip(found, self.lengths)]  # as nmt.aer src= tgt= drops them
         result = aer(self.gold.sure, self.gold.possible, hyp)
         return dict(zip(RECORD_KEYS, (result.aer, result.precision, result.recall)))
 

@@ -12,7 +12,8 @@ What an agreement run adds to its run folder:
   state of both models is their ``optimizer``).
 - in each ``metrics.jsonl`` record: ``reverse_valid_loss`` (per source token), ``reverse_valid_bleu`` (greedy),
   ``valid_agreement`` (the mean Δ per validation sentence) and, with ``eval.gold``, ``reverse_aer``,
-  ``reverse_alignment_precision`` and ``reverse_alignment_recall``.
+  ``reverse_alignment_precision`` and ``reverse_alignment_recall``, and the same figures of the two directions
+  soft-symmetrized (``symmetrized_aer``, ``symmetrized_alignment_precision``, ``symmetrized_alignment_recall``).
 """
 
 from __future__ import annotations
@@ -132,8 +133,11 @@ class Agreement:
         self.joint.train()
         return nll / max(tokens, 1), delta / max(sentences, 1)
 
-    def validate(self, cfg, valid_pairs, valid: Parallel, device) -> dict:
-        """The reverse model's figures for the validation record (``cfg``: the run's config)."""
+    def validate(self, cfg, valid_pairs, valid: Parallel, device, forward=None) -> dict:
+        """The reverse model's figures for the validation record (``cfg``: the run's config). ``forward``: with
+        ``eval.gold``, the forward model's ``(GoldSet, forced alignments)`` of this validation; the record then
+        also gets the AER of the two directions soft-symmetrized (``symmetrized_aer``, ...), the figure that
+        ``nmt.align combine=product`` and ``nmt.aer`` give for the pair's checkpoints of this step."""
         loss, delta = self.teacher_forced(valid_pairs, cfg.train.batch_tokens, device)
         reverse = self.joint.yx
         bleu = greedy_bleu(reverse, *self.toks, valid.tgt, valid.src, cfg.decode, device, cfg.data.src_lang)
@@ -141,11 +145,18 @@ class Agreement:
         if self.gold is None and gold_settings(cfg.eval.get("gold")) is not None:
             self.gold = load_gold(self.cfg, quiet=True)
         if self.gold is not None:
-            record.update({f"reverse_{key}": value
-                           for key, value in self.gold.score(reverse, self.toks, device).items()})
+            backward = self.gold.force(reverse, self.toks, device)
+            record.update({f"reverse_{key}": value for key, value in self.gold.score_forced(backward).items()})
+            if forward is not None:
+                gold, forced = forward
+                record.update({f"symmetrized_{key}": value
+                               for key, value in gold.score_forced(forced, backward).items()})
         self.joint.train()
         aer = f", AER {100 * record['reverse_aer']:.1f}%" if "reverse_aer" in record else ""
-        log.info("reverse model: valid loss %.3f BLEU %.2f%s; agreement Δ %.3f per sentence", loss, bleu, aer, delta)
+        both = (f"; both directions (combine=product): AER {100 * record['symmetrized_aer']:.1f}%"
+                if "symmetrized_aer" in record else "")
+        log.info("reverse model: valid loss %.3f BLEU %.2f%s; agreement Δ %.3f per sentence%s", loss, bleu, aer, delta,
+                 both)
         return record
 
     def save_best(self, run_dir: Path, progress) -> None:
@@ -166,4 +177,5 @@ class Agreement:
         return "python -m nmt.align " + shlex.join(args)
 
 
-RECORD = ("reverse_valid_loss", "reverse_valid_bleu", "valid_agreement", *(f"reverse_{k}" for k in RECORD_KEYS))
+RECORD = ("reverse_valid_loss", "reverse_valid_bleu", "valid_agreement", *(f"reverse_{k}" for k in RECORD_KEYS),
+          *(f"symmetrized_{k}" for k in RECORD_KEYS))

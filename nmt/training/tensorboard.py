@@ -14,9 +14,12 @@ from pathlib import Path
 
 TRAIN_EVERY = 10  # steps between the training scalars
 
-# the gold-set figures of a validation record (eval.gold, nmt.training.gold) -> their TensorBoard tags
-ALIGNMENT_FIGURES = {"aer": "alignment/aer", "alignment_precision": "alignment/precision",
-                     "alignment_recall": "alignment/recall"}
+# the gold-set figures of a validation record (eval.gold, nmt.training.gold) -> their TensorBoard tags; an
+# agreement run also has the reverse model's and the two directions' soft-symmetrized ones (nmt.training.reverse)
+ALIGNMENT_FIGURES = {f"{prefix}{name}": f"alignment/{prefix}{tag}"
+                     for prefix in ("", "reverse_", "symmetrized_")
+                     for name, tag in (("aer", "aer"), ("alignment_precision", "precision"),
+                                       ("alignment_recall", "recall"))}
 
 # the settings shown in TensorBoard's HParams tab: (name there, dotted key of the config)
 HPARAMS = (("attention", "attention._target_"), ("decoder_style", "decoder.style"), ("emb_size", "model.emb_size"),

@@ -70,9 +70,11 @@ def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, tok
     with ema.applied() if ema is not None else nullcontext():
         valid_loss = validation_loss(model, valid_pairs, cfg.train.batch_tokens, device)
         bleu = greedy_bleu(model, *toks, valid.src, valid.tgt, cfg.decode, device, cfg.data.tgt_lang)
-        alignment = gold.score(model, toks, device) if gold is not None else {}  # eval.gold
-        if agreement is not None:  # train.agreement: the reverse model's figures
-            alignment.update(agreement.validate(cfg, valid_pairs, valid, device))
+        forced = gold.force(model, toks, device) if gold is not None else None  # eval.gold
+        alignment = gold.score_forced(forced) if gold is not None else {}
+        if agreement is not None:  # train.agreement: the reverse model's figures (and the pair's, with eval.gold)
+            pair = (gold, forced) if gold is not None else None
+            alignment.update(agreement.validate(cfg, valid_pairs, valid, device, pair))
     model.train()
     progress.train_seconds += time.monotonic() - began  # the budget counts validation: one clock for every figure
     record = {"step": progress.step, "epoch": progress.epoch, **record, "valid_loss": valid_loss,

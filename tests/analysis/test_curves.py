@@ -202,3 +202,17 @@ def test_aer_column_summary_and_panel_for_runs_with_a_gold_set(tmp_path, capsys)
     three = curves.plot_curves([curves.read_curve(plain), curve], tmp_path / "three.png")
     width = {name: matplotlib.image.imread(path).shape[1] for name, path in (("two", two), ("three", three))}
     assert width["three"] == pytest.approx(1.5 * width["two"], rel=0.01)  # a third panel, as wide as the others
+
+
+def test_an_agreement_run_shows_its_symmetrized_aer_beside_its_own(tmp_path):
+    aers, pairs = [0.62, 0.48, 0.50], [0.55, None, 0.31]  # the pair's AER, missing at one validation
+    run = write_run(tmp_path / "agree", [{**record(step, bleu), "aer": aer, "symmetrized_aer": pair} for
+                                         step, bleu, aer, pair in zip((250, 500, 750), (10.0, 14.0, 15.0), aers, pairs)])
+    curve = curves.read_curve(run)
+    rows = curves.format_table(curve).splitlines()
+    assert rows[1].split()[-2:] == ["AER%", "sym%"]
+    assert [row.split()[-2:] for row in rows[2:]] == [["62.0", "55.0"], ["48.0", "-"], ["50.0", "31.0"]]
+    text = curves.summary(curve)
+    assert "best AER 48.0% at step 500" in text and "best symmetrized AER 31.0% at step 750, last 31.0%" in text
+    out = curves.plot_curves([curve], tmp_path / "agree.svg")
+    assert "agree, both directions" in out.read_text(encoding="utf-8")  # the pair's line is in the legend

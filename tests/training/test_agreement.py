@@ -7,15 +7,19 @@ from __future__ import annotations
 import json
 import math
 import shlex
+import warnings
 
 import pytest
 import torch
 
+from nmt.analysis.aer import aer
+from nmt.analysis.gold import AlignmentWarning, read_lengths, read_pharaoh
 from nmt.data.batches import collate
 from nmt.data.tokenizer import EOS_ID, PAD_ID
 from nmt.models import checkpoint
 from nmt.models.build import build_model
 from nmt.training.agreement import Bidirectional, agreement_loss, piece_pairs, reverse_batch
+from nmt.training.gold import RECORD_KEYS
 from nmt.training.run import train
 
 N = 6  # steps before an interruption; the uninterrupted run goes to 2N
@@ -107,7 +111,8 @@ def test_a_tiny_run_writes_both_models_which_load_translate_and_align(compose_cf
     with caplog.at_level("INFO"):
         train(compose_cfg([*TINY, *ON, "train.max_steps=12", gold_setting(multi30k_dir.parent)]), run)
     record = records(run)[-1]
-    for key in ("reverse_valid_loss", "reverse_valid_bleu", "valid_agreement", "reverse_aer", "aer"):
+    for key in ("reverse_valid_loss", "reverse_valid_bleu", "valid_agreement", "reverse_aer", "aer",
+                "symmetrized_aer", "symmetrized_alignment_precision", "symmetrized_alignment_recall"):
         assert math.isfinite(record[key]), key
     last = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
     assert "reverse_model" in last
@@ -126,6 +131,18 @@ def test_a_tiny_run_writes_both_models_which_load_translate_and_align(compose_cf
     assert align_main(argv[3:]) == 0
     lines = (run / "eval" / "symmetrized.align").read_text(encoding="utf-8").splitlines()
     assert len(lines) == 100 and any(lines)
+    # the record of best.pt's step holds the AER that nmt.aer gives for the printed command's output
+    folder = multi30k_dir.parent / "align_deen_bicici100"
+    lengths = read_lengths(folder / "test.de.gz", folder / "test.en.gz")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AlignmentWarning)  # the gold set's one out-of-range link
+        gold = read_pharaoh(folder / "de-en.wa.gz", lengths=lengths)
+        hyp = read_pharaoh(run / "eval" / "symmetrized.align", lengths=lengths)
+    expected = aer(gold.sure, gold.possible, hyp.links)
+    at_best = next(r for r in records(run) if r["step"] == best["progress"]["step"])
+    assert [at_best[f"symmetrized_{key}"] for key in RECORD_KEYS] == [expected.aer, expected.precision,
+                                                                       expected.recall]
+    assert any("both directions (combine=product): AER" in r.getMessage() for r in caplog.records)
 
 
 def test_separate_subword_models_serve_the_two_directions_swapped(compose_cfg, tmp_path):

@@ -65,8 +65,11 @@ def test_the_figures_go_to_tensorboard_under_alignment(tmp_path):
 
     board.writer = Writer()
     board.validation({"step": 7, "valid_bleu": 1.5, "aer": 0.6, "alignment_precision": 0.3,
-                      "alignment_recall": 0.5})
+                      "alignment_recall": 0.5, "reverse_aer": 0.7, "symmetrized_aer": 0.4,
+                      "symmetrized_alignment_precision": 0.55})
     assert ("alignment/aer", 0.6, 7) in scalars and ("alignment/recall", 0.5, 7) in scalars
+    assert ("alignment/reverse_aer", 0.7, 7) in scalars and ("alignment/symmetrized_aer", 0.4, 7) in scalars
+    assert ("alignment/symmetrized_precision", 0.55, 7) in scalars
     assert ("valid/bleu", 1.5, 7) in scalars
 
 
@@ -111,3 +114,24 @@ def test_a_gold_set_read_with_the_wrong_origin_is_logged(compose_cfg, caplog):
     assert gold.gold.null_links == 110
     assert "110 link(s) use position 0, which a 1-based file reserves for NULL" in caplog.text
     assert "(eval.gold.one_based=true)" in caplog.text
+
+
+def test_the_pair_figure_comes_from_the_product_of_the_two_directions():
+    """One pair of two words a b / x y with the diagonal as gold: the forward model puts both target words on
+    source word 0 (one link wrong), the reverse model is sure of the diagonal; their geometric mean picks the
+    diagonal (x: sqrt(.6*.9) > sqrt(.4*.1); y: sqrt(.4*.9) > sqrt(.6*.1)), so the pair scores AER 0."""
+    import numpy as np
+
+    from nmt.analysis.gold import Alignments
+    from nmt.decoding.translation import Translation
+    from nmt.training.gold import GoldSet
+
+    diagonal = {(0, 0), (1, 1)}
+    gold = GoldSet(["a b"], ["x y"], Alignments([diagonal], [diagonal]), [(2, 2)],
+                   {"method": "argmax_target", "threshold": 0.3, "shift": 0, "temperature": 1.0}, 8)
+    pieces = (["▁a", "▁b", "</s>"], ["▁x", "▁y", "</s>"])
+    forward = Translation("x y", *pieces, np.array([[.6, .4, 0], [.6, .4, 0], [0, 0, 1]], np.float32), 0.0)
+    backward = Translation("a b", *pieces[::-1], np.array([[.9, .1, 0], [.1, .9, 0], [0, 0, 1]], np.float32), 0.0)
+    alone, pair = gold.score_forced([forward]), gold.score_forced([forward], [backward])
+    assert alone["aer"] == pytest.approx(0.5) and alone["alignment_precision"] == pytest.approx(0.5)
+    assert [pair[key] for key in RECORD_KEYS] == [0.0, 1.0, 1.0]
