@@ -98,6 +98,7 @@ class Decoder(nn.Module):
             with torch.no_grad():
                 self.embed.weight[pad_id].zero_()
             self.generator.weight = self.embed.weight
+        self._low_feed: tuple | None = None  # (key, W_if in the autocast dtype) for search: _search_feed_weight
 
     def _feed_size(self) -> int:
         """Size of the first GRU layer's input besides E y_{t-1}: R (h̃_{t-1}, Luong), H (c_t, Bahdanau) or 0."""
@@ -141,7 +142,8 @@ class Decoder(nn.Module):
         new = []
         for i, cell in enumerate(self.cells):
             if i == 0:
-                gi = emb_gates if feed.size(-1) == 0 else emb_gates + linears("W_if", feed, self._feed_weight)
+                fed = self._feed_weight if linears.deferred else self._search_feed_weight()
+                gi = emb_gates if feed.size(-1) == 0 else emb_gates + linears("W_if", feed, fed)
                 gh = linears("W_hh", hidden[0], cell.weight_hh, cell.bias_hh)  # [B, 3H]
                 h = _gru_update(gi, gh, hidden[0])  # [B, H]
             else:
@@ -153,6 +155,23 @@ class Decoder(nn.Module):
     def _feed_weight(self) -> torch.Tensor:
         """The first GRU layer's input weights for the fed part of its input (h̃_{t-1} or c_t): ``[3H, F]``."""
         return self.cells[0].weight_ih[:, self.emb_size:]
+
+    def _search_feed_weight(self) -> torch.Tensor:
+        """:attr:`_feed_weight` for a step without autograd (search, validation): under autocast, cast to its dtype
+        once and kept until the weights change (their storage or version), where autocast would cast this view
+        again at every step (it caches whole leaf weights only); the weight itself otherwise. ``[3H, F]``."""
+        weight = self._feed_weight
+        kind = weight.device.type
+        if torch.is_grad_enabled() or not torch.is_autocast_enabled(kind):
+            return weight
+        dtype = torch.get_autocast_dtype(kind)
+        whole = self.cells[0].weight_ih
+        key = (whole.data_ptr(), whole._version, dtype)
+        if dtype == weight.dtype:
+            return weight
+        if self._low_feed is None or self._low_feed[0] != key:
+            self._low_feed = (key, weight.detach().to(dtype))
+        return self._low_feed[1]
 
     def _attend(self, query: torch.Tensor, memory: Memory, state: DecoderState) -> tuple:
         """Attention for query ``[N, H]`` at target position ``state.step`` over memory of M rows -> context

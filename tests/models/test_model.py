@@ -144,6 +144,39 @@ def test_teacher_forcing_equals_stepping(style, num_layers, attention):
             torch.testing.assert_close(align[:, t], weights, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("style", ["luong", "bahdanau"])
+def test_search_steps_under_bf16_cast_the_fed_weights_once_until_they_change(style, monkeypatch):
+    """Under bf16 autocast a search step casts the fed part of W_ih once and keeps it (autocast would cast that
+    view at every step): the logits equal those of the step that casts every time, and an update of the weights
+    (a new version) is cast again."""
+    model = build(style, 2, "additive").eval()
+    src, mask = padded([5, 3, 8], S=9)
+    y = random_tgt_in(3, 2)
+
+    def steps():
+        memory, state = model.encode(src, mask)
+        return [model.decoder.step(y[:, t], state, memory)[0] for t in range(2)]
+
+    def every_step():  # the view itself: autocast casts it at each call
+        with monkeypatch.context() as patch:
+            patch.setattr(model.decoder, "_search_feed_weight", lambda: model.decoder._feed_weight)
+            return steps()
+
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        cached = steps()
+        kept = model.decoder._low_feed[1]
+        assert kept.dtype == torch.bfloat16 and steps() and model.decoder._low_feed[1] is kept
+        for a, b in zip(cached, every_step()):
+            assert torch.equal(a, b)
+        model.decoder.cells[0].weight_ih.mul_(1.5)
+        updated = steps()
+        assert model.decoder._low_feed[1] is not kept
+        for a, b, old in zip(updated, every_step(), cached):
+            assert torch.equal(a, b) and not torch.equal(a, old)
+    with torch.no_grad():
+        assert model.decoder._search_feed_weight().dtype == torch.float32  # no autocast: the weight itself
+
+
 @pytest.mark.parametrize("attention", list(ATTENTIONS))
 @pytest.mark.parametrize("style", STYLES)
 def test_step_with_shared_memory_equals_step_with_copied_memory(style, attention):
