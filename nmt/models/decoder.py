@@ -165,10 +165,10 @@ class Decoder(nn.Module):
         if torch.is_grad_enabled() or not torch.is_autocast_enabled(kind):
             return weight
         dtype = torch.get_autocast_dtype(kind)
-        whole = self.cells[0].weight_ih
-        key = (whole.data_ptr(), whole._version, dtype)
         if dtype == weight.dtype:
             return weight
+        whole = self.cells[0].weight_ih
+        key = (whole.data_ptr(), whole._version, dtype)
         if self._low_feed is None or self._low_feed[0] != key:
             self._low_feed = (key, weight.detach().to(dtype))
         return self._low_feed[1]
