@@ -65,25 +65,20 @@ class GoldSet:
     extract: dict
     batch_size: int
 
-    def score(self, model, toks, device) -> dict:
-        """AER, precision and recall of ``model``'s attention on the whole gold set (Och and Ney 2003).
+    def force(self, model, toks, device) -> list:
+        """``model``'s forced alignment of every gold pair (:func:`nmt.analysis.forced.force_align`), in order.
+        ``toks``: the model's ``(src_tok, tgt_tok)``. Leaves the model in eval mode (``force_align`` sets it)."""
+        return force_align(model, *toks, self.sources, self.targets, self.batch_size, device)
 
-        ``toks``: the model's ``(src_tok, tgt_tok)``. Leaves the model in eval mode (``force_align`` sets it).
+    def score_forced(self, forced: list, backward: list | None = None) -> dict:
+        """AER, precision and recall on the whole gold set (Och and Ney 2003) of the links extracted from a model's
+        forced alignments ``forced`` (:meth:`force`); with ``backward``, the reverse model's forced alignments of
+        the same pairs (target -> source), of the two directions soft-symmetrized first (``combine=product`` of
+        ``nmt.align``: :func:`nmt.analysis.forced.combined_links`).
 
         Returns:
             ``{"aer", "alignment_precision", "alignment_recall"}`` as fractions (NaN where undefined).
         """
-        return self.score_forced(self.force(model, toks, device))
-
-    def force(self, model, toks, device) -> list:
-        """``model``'s forced alignment of every gold pair (:func:`nmt.analysis.forced.force_align`), in order."""
-        return force_align(model, *toks, self.sources, self.targets, self.batch_size, device)
-
-    def score_forced(self, forced: list, backward: list | None = None) -> dict:
-        """AER, precision and recall (as :meth:`score`) of the links extracted from ``forced`` (:meth:`force`); with
-        ``backward``, the reverse model's forced alignments of the same pairs (target -> source), of the two
-        directions soft-symmetrized first (``combine=product`` of ``nmt.align``:
-        :func:`nmt.analysis.forced.combined_links`)."""
         if backward is None:
             found = [links(sentence, **self.extract) for sentence in forced]
         else:
