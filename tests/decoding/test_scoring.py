@@ -58,3 +58,18 @@ def test_empty_references_are_counted_and_warned(caplog):
     caplog.set_level("WARNING", logger="nmt")
     scores = score(["a dog runs .", "a cat sleeps ."], ["a dog runs .", ""], "en")
     assert scores["empty_references"] == 1 and "1 reference line(s) are empty" in caplog.text
+
+
+def test_validation_scoring_leaves_out_sacrebleus_tokenized_text_warning(caplog):
+    """Text tokenized on purpose (data.normalize, the alignment presets) makes sacreBLEU warn at every scoring; the
+    final evaluation (warn) still says it once, validation (warn=False) does not repeat it; the scores agree."""
+    hyps = [f"a dog runs number {i} ." for i in range(120)]
+    refs = [f"a dog runs to number {i} ." for i in range(120)]
+    caplog.set_level("WARNING")
+    loud = score(hyps, refs, "en")
+    assert "forgot to detokenize" in caplog.text
+    caplog.clear()
+    quiet = score(hyps, refs, "en", warn=False)
+    assert "detokenize" not in caplog.text
+    assert (quiet["bleu"], quiet["bleu_lowercase"], quiet["bleu_signature"]) == (
+        loud["bleu"], loud["bleu_lowercase"], loud["bleu_signature"])
