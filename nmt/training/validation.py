@@ -70,10 +70,11 @@ def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, tok
     with ema.applied() if ema is not None else nullcontext():
         valid_loss = validation_loss(model, valid_pairs, cfg.train.batch_tokens, device)
         bleu = greedy_bleu(model, *toks, valid.src, valid.tgt, cfg.decode, device, cfg.data.tgt_lang)
-        forced = gold.force(model, toks, device) if gold is not None else None  # eval.gold
-        alignment = gold.score_forced(forced) if gold is not None else {}
+        alignment, pair = {}, None
+        if gold is not None:  # eval.gold
+            forced = gold.force(model, toks, device)
+            alignment, pair = gold.score_forced(forced), (gold, forced)
         if agreement is not None:  # train.agreement: the reverse model's figures (and the pair's, with eval.gold)
-            pair = (gold, forced) if gold is not None else None
             alignment.update(agreement.validate(cfg, valid_pairs, valid, device, pair))
     model.train()
     progress.train_seconds += time.monotonic() - began  # the budget counts validation: one clock for every figure
