@@ -32,7 +32,7 @@ from nmt.models import checkpoint
 from nmt.models.build import build_model
 from nmt.settings import from_plain, to_plain
 from nmt.training.agreement import Bidirectional, agreement_settings, joint_objective
-from nmt.training.gold import RECORD_KEYS, gold_settings, load_gold
+from nmt.training.gold import gold_settings, load_gold
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +176,3 @@ class Agreement:
                 f"src={src}", f"tgt={tgt}", f"out={run / 'eval' / 'symmetrized.align'}"]
         return "python -m nmt.align " + shlex.join(args)
 
-
-RECORD = ("reverse_valid_loss", "reverse_valid_bleu", "valid_agreement", *(f"reverse_{k}" for k in RECORD_KEYS),
-          *(f"symmetrized_{k}" for k in RECORD_KEYS))
