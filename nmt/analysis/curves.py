@@ -122,21 +122,17 @@ def read_curve(run_dir: str | Path, label: str | None = None) -> Curve:
     return Curve(label or run_dir.resolve().name, [by_step[step] for step in sorted(by_step)])
 
 
-def has_aer(curve: Curve) -> bool:
-    """Whether the run recorded the AER of its attention on a gold set (``eval.gold``) at some validation."""
-    return any(r.get("aer") is not None for r in curve.records)
-
-
-def has_symmetrized(curve: Curve) -> bool:
-    """Whether an agreement run (``train.agreement``) recorded the AER of its two directions soft-symmetrized."""
-    return any(r.get("symmetrized_aer") is not None for r in curve.records)
+def has_aer(curve: Curve, key: str = "aer") -> bool:
+    """Whether the run recorded the AER of its attention on a gold set (``eval.gold``) at some validation; with
+    ``key="symmetrized_aer"``, that of an agreement run's two directions soft-symmetrized (``train.agreement``)."""
+    return any(r.get(key) is not None for r in curve.records)
 
 
 def format_table(curve: Curve) -> str:
     """A text table of one run: step, epoch, minutes, validation BLEU, perplexity, learning rate, tokens/s, and
     the AER in % (``-`` where a validation has none) when the run recorded it (and that of the two directions
     soft-symmetrized, ``sym%``, for an agreement run)."""
-    errors = [key for key, has in (("aer", has_aer), ("symmetrized_aer", has_symmetrized)) if has(curve)]
+    errors = [key for key in ("aer", "symmetrized_aer") if has_aer(curve, key)]
     names = {"aer": "AER%", "symmetrized_aer": "sym%"}
     lines = [f"# {curve.label}", f"{'step':>7} {'epoch':>5} {'min':>6} {'BLEU':>6} {'ppl':>7} {'lr':>9} {'tok/s':>6}"
              + "".join(f" {names[key]:>6}" for key in errors)]
@@ -202,7 +198,7 @@ def plot_curves(curves: list[Curve], out: str | Path, x: str = "step") -> Path:
         for ax, (column, _, _) in zip(axes, panels):
             ys = [100 * y for y in curve.column(column)] if column == "aer" else curve.column(column)
             line = ax.plot(xs, ys, style, marker="o", markersize=3, label=curve.label)[0]
-            if column == "aer" and has_symmetrized(curve):  # an agreement run: its pair, in the same colour
+            if column == "aer" and has_aer(curve, "symmetrized_aer"):  # an agreement run: its pair, in the same colour
                 ax.plot(xs, [100 * y for y in curve.column("symmetrized_aer")], ":", marker="s", markersize=3,
                         color=line.get_color(), label=f"{curve.label}, both directions")
     for ax, (column, ylabel, title) in zip(axes, panels):
@@ -211,7 +207,7 @@ def plot_curves(curves: list[Curve], out: str | Path, x: str = "step") -> Path:
     axes[1].set_yscale("log")
     axes[1].yaxis.set_major_formatter(FormatStrFormatter("%g"))
     axes[1].yaxis.set_minor_formatter(FormatStrFormatter("%g"))
-    if any(has_symmetrized(curve) for curve in curves):
+    if any(has_aer(curve, "symmetrized_aer") for curve in curves):
         axes[-1].legend(fontsize=8)  # which AER line is a model's own and which its pair's
     if len(curves) <= 5:
         ax_bleu.legend(fontsize=8)
