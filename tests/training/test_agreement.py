@@ -7,13 +7,10 @@ from __future__ import annotations
 import json
 import math
 import shlex
-import warnings
 
 import pytest
 import torch
 
-from nmt.analysis.aer import aer
-from nmt.analysis.gold import AlignmentWarning, read_lengths, read_pharaoh
 from nmt.data.batches import collate
 from nmt.data.tokenizer import EOS_ID, PAD_ID
 from nmt.models import checkpoint
@@ -21,6 +18,7 @@ from nmt.models.build import build_model
 from nmt.training.agreement import Bidirectional, agreement_loss, piece_pairs, reverse_batch
 from nmt.training.gold import RECORD_KEYS
 from nmt.training.run import train
+from tests.training.test_gold_curve import aer_on_gold
 
 N = 6  # steps before an interruption; the uninterrupted run goes to 2N
 TINY = ["data.train_limit=400", "data.eval_limit=5", "tokenizer.vocab_size=500", "model.emb_size=16",
@@ -132,13 +130,7 @@ def test_a_tiny_run_writes_both_models_which_load_translate_and_align(compose_cf
     lines = (run / "eval" / "symmetrized.align").read_text(encoding="utf-8").splitlines()
     assert len(lines) == 100 and any(lines)
     # the record of best.pt's step holds the AER that nmt.aer gives for the printed command's output
-    folder = multi30k_dir.parent / "align_deen_bicici100"
-    lengths = read_lengths(folder / "test.de.gz", folder / "test.en.gz")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", AlignmentWarning)  # the gold set's one out-of-range link
-        gold = read_pharaoh(folder / "de-en.wa.gz", lengths=lengths)
-        hyp = read_pharaoh(run / "eval" / "symmetrized.align", lengths=lengths)
-    expected = aer(gold.sure, gold.possible, hyp.links)
+    expected = aer_on_gold(run / "eval" / "symmetrized.align")
     at_best = next(r for r in records(run) if r["step"] == best["progress"]["step"])
     assert [at_best[f"symmetrized_{key}"] for key in RECORD_KEYS] == [expected.aer, expected.precision,
                                                                        expected.recall]

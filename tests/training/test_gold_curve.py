@@ -29,9 +29,14 @@ TINY = ["data.train_limit=400", "data.eval_limit=5", "tokenizer.vocab_size=500",
 
 
 def aer_of_nmt_align(checkpoint: Path, out: Path):
-    """AER of ``python -m nmt.align`` on the German-English gold set with ``checkpoint``, scored as
-    ``python -m nmt.aer`` scores it given ``src=`` and ``tgt=`` (links outside the sentences dropped on both sides)."""
+    """AER of ``python -m nmt.align`` on the German-English gold set with ``checkpoint`` (:func:`aer_on_gold`)."""
     assert align_main([f"checkpoint={checkpoint}", f"src={SRC}", f"tgt={TGT}", f"out={out}", "threads=1"]) == 0
+    return aer_on_gold(out)
+
+
+def aer_on_gold(out: Path):
+    """AER of the Pharaoh file ``out`` on the German-English gold set, scored as ``python -m nmt.aer`` scores it
+    given ``src=`` and ``tgt=`` (links outside the sentences dropped on both sides)."""
     lengths = read_lengths(SRC, TGT)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", AlignmentWarning)  # the gold set's one out-of-range link
