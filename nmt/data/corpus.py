@@ -175,8 +175,7 @@ def load_splits(data_cfg, train: bool = True) -> dict[str, Parallel]:
         more = Parallel(more.name, src_norm.lines(more.src, keep), tgt_norm.lines(more.tgt, keep))
         train = splits["train"]
         splits["train"] = Parallel("train", train.src + more.src, train.tgt + more.tgt)
-        log.info("training data + %s: %d pairs x %d", more.name, len(more) // max(1, extra.get("repeat", 1)),
-                 extra.get("repeat", 1))
+        log_extra(more, extra, data_cfg.get("train_limit"))
     return splits
 
 
@@ -209,6 +208,14 @@ def read_table(path, columns: list[str], src_lang: str, tgt_lang: str, separator
     if blank:
         log.info("%s: skipped %d blank line(s)", path, blank)
     return Parallel(str(path), src, tgt)
+
+
+def log_extra(more: Parallel, extra, limit: int | None) -> None:
+    """Log what one ``data.extra_train`` entry added (``more``: its pairs, repeats included), and that
+    ``data.train_limit`` (``limit``) did not cut it."""
+    repeat = extra.get("repeat", 1)
+    log.info("training data + %s: %d pairs x %d (data.extra_train%s)", more.name, len(more) // max(1, repeat), repeat,
+             f"; data.train_limit={limit} limits the corpus only" if limit else "")
 
 
 def read_extra(extra, src_lang: str, tgt_lang: str) -> Parallel:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nmt.data.corpus import DataError, Parallel, load_splits, read_extra
+from nmt.data.corpus import DataError, Parallel, load_splits, log_extra, read_extra
 from nmt.data.normalize import Normalizer
 from nmt.data.textio import iter_lines
 
@@ -121,6 +121,7 @@ def train_stream(data_cfg) -> TrainStream:
         more = read_extra(entry, data_cfg.src_lang, data_cfg.tgt_lang)
         keep = bool(entry.get("pretokenized"))
         extra.append(Parallel(more.name, norms["src"].lines(more.src, keep), norms["tgt"].lines(more.tgt, keep)))
+        log_extra(more, entry, limit)
     return TrainStream("train", files, corpus_settings(data_cfg), read, extra)
 
 

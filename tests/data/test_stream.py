@@ -25,6 +25,21 @@ def test_the_stream_holds_the_lines_of_load_splits(compose_cfg, multi30k_dir, ov
     assert stream.sample(10_000).src == train.src  # a corpus smaller than the sample: every pair, in order
 
 
+def test_extra_training_data_is_logged_beside_the_limited_corpus(compose_cfg, multi30k_dir, caplog):
+    cfg = compose_cfg(["+experiment=align_en_fr", "data.train_limit=50", "data.eval_limit=5"])
+    gold = multi30k_dir.parent / "align_enfr_hansards"
+    expected = [f"training data + {gold / name}: {n} pairs x 10 (data.extra_train; data.train_limit=50 limits the "
+                "corpus only)" for name, n in (("test.e.gz", 447), ("dev.e.gz", 37))]
+    with caplog.at_level("INFO", logger="nmt.data.corpus"):
+        stream = train_stream(cfg.data)
+    assert [r.getMessage() for r in caplog.records if "training data +" in r.getMessage()] == expected
+    assert sum(1 for _ in stream.lines("src")) == 50 + 4470 + 370
+    caplog.clear()
+    with caplog.at_level("INFO", logger="nmt.data.corpus"):
+        load_splits(cfg.data)
+    assert [r.getMessage() for r in caplog.records if "training data +" in r.getMessage()] == expected
+
+
 def test_a_sample_is_uniform_and_keeps_pairs_together(compose_cfg, multi30k_dir):
     stream = train_stream(compose_cfg(["data.train_limit=2000"]).data)
     pairs = set(zip(stream.lines("src"), stream.lines("tgt")))
