@@ -36,14 +36,17 @@ from nmt.training.run import train
 EXIT_STATUS = {"SIGINT": 130, "SIGTERM": 143}  # 128 + signal number, as a shell reports a job stopped by it
 PROG = command_name("train.py", "nmt-train")  # the name in its messages
 HYDRA_ONLY = {".hydra", "train.log"}  # what Hydra and train.py put in a run folder before train() does anything
+DEFAULT_PARENT = Path("outputs")  # the parent of the default run folders (conf/train.yaml's hydra.run.dir)
+parent_existed = True  # whether DEFAULT_PARENT was there before this command (set by command())
 
 
 def remove_unused_run_dir(run_dir: Path, named: bool) -> None:
     """After a refusal: remove what Hydra made for this command when nothing else is in the run folder
     (``.hydra/`` and an empty ``train.log``), so that a mistyped setting leaves no stray folder in ``outputs/``.
     The folder itself goes too unless the command named it (``named``: ``hydra.run.dir=`` or a sweep folder
-    setting), since a named folder may be one the user made. A folder with anything else in it (checkpoints, an
-    earlier run's files, a log with lines in it) is kept as it is."""
+    setting), since a named folder may be one the user made, and so does ``outputs/`` when this command made it
+    and nothing else is in it. A folder with anything else in it (checkpoints, an earlier run's files, a log with
+    lines in it) is kept as it is."""
     log_file = run_dir / "train.log"
     if not run_dir.is_dir() or not {p.name for p in run_dir.iterdir()} <= HYDRA_ONLY:
         return
@@ -54,6 +57,8 @@ def remove_unused_run_dir(run_dir: Path, named: bool) -> None:
     if not named:
         try:
             run_dir.rmdir()  # only if empty
+            if not parent_existed and run_dir.resolve().parent == DEFAULT_PARENT.resolve():
+                DEFAULT_PARENT.rmdir()  # only if empty
         except OSError:
             pass
 
@@ -169,7 +174,9 @@ def command() -> None:
     """The ``nmt-train`` command (also ``python train.py`` and ``python -m nmt.train``): a mistyped setting is
     refused in one line with the closest settings (:func:`nmt.settings.refuse_unknown_settings`), then Hydra
     runs :func:`main`."""
+    global parent_existed
     refuse_unknown_settings("train", PROG)
+    parent_existed = DEFAULT_PARENT.is_dir()
     main()
 
 

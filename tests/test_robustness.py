@@ -118,13 +118,16 @@ def test_mismatched_training_files_stop_before_training(repo_root, tmp_path):
 
 
 def test_a_refused_setting_leaves_no_run_folder_but_keeps_one_in_use(repo_root, tmp_path):
-    """model.dropout=1.5 is refused before any work: the folder Hydra made for it under outputs/ goes; in a
-    folder named by hydra.run.dir (perhaps the user's) only Hydra's files go; a folder that already held
-    something (a user's file, a log with lines in it) stays as it was."""
+    """model.dropout=1.5 is refused before any work: the folder Hydra made for it under outputs/ goes, and
+    outputs/ too when the command made it; in a folder named by hydra.run.dir (perhaps the user's) only Hydra's
+    files go; a folder that already held something (a user's file, a log with lines in it) stays as it was."""
     proc = run_script([str(repo_root / "train.py"), "model.dropout=1.5"], tmp_path)
     assert proc.returncode == 1, proc.stderr.decode()[-2000:]
     assert proc.stderr.decode().strip().splitlines()[-1] == "train.py: error: model.dropout=1.5 must be below 1"
-    assert list((tmp_path / "outputs").iterdir()) == []
+    assert not (tmp_path / "outputs").exists()
+    (tmp_path / "outputs").mkdir()  # the user's (empty) outputs/ stays
+    proc = run_script([str(repo_root / "train.py"), "train.max_minutes=abc"], tmp_path)
+    assert proc.returncode == 1 and list((tmp_path / "outputs").iterdir()) == []
     proc = run_script(["train.py", "model.dropout=1.5", f"hydra.run.dir={tmp_path}/run"], repo_root)
     assert proc.returncode == 1 and list((tmp_path / "run").iterdir()) == []
     (tmp_path / "used").mkdir()
