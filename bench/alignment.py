@@ -3,7 +3,8 @@
 Forced-aligns the gold sentences once per model (nmt.align.force_align, lowercased as the model's training data
 when ``data.normalize.lowercase`` is on) and scores AER / precision / recall (nmt.aer, Och and Ney 2003) for:
 
-- one direction: ``argmax_target`` (Luong et al. 2015's), ``argmax_source``, ``threshold`` (0.2), each with the
+- one direction: ``argmax_target`` (Luong et al. 2015's), ``argmax_source``, ``threshold`` (0.2) and
+  ``mutual_argmax`` (the links both argmaxes give), each with the
   target word read from attention step t (``shift 0``) or t+1 (``shift 1``) and at temperature 1 and 0.5;
 - with ``--reverse`` (a model trained in the other direction): the reverse model alone, the symmetrizations
   ``intersection``, ``union``, ``grow-diag-final-and`` of the two directions' ``argmax_target`` links, and the
@@ -41,16 +42,16 @@ from nmt.analysis.gold import AlignmentWarning, read_pharaoh
 from nmt.analysis.symmetrize import symmetrize
 from nmt.data.corpus import read_table
 from nmt.data.textio import read_lines
+from nmt.decoding.word_alignment import METHODS
 
 GOLD_SETS = {  # name: (folder, source file, target file, gold file, one_based, source lang, target lang)
     "enfr": ("align_enfr_hansards", "test.e.gz", "test.f.gz", "enfr.gold.gz", True, "en", "fr"),
     "deen": ("align_deen_bicici100", "test.de.gz", "test.en.gz", "de-en.wa.gz", False, "de", "en"),
     "roen": ("align_roen_wpt2003", None, None, "roen.gold.gz", True, "ro", "en"),  # bitext roen.src-tgt.gz
 }
-ONE_DIRECTION = [(method, shift, temperature) for method in ("argmax_target", "argmax_source", "threshold")
-                 for shift in (0, 1) for temperature in (1.0, 0.5)]
+ONE_DIRECTION = [(method, shift, temperature) for method in METHODS for shift in (0, 1) for temperature in (1.0, 0.5)]
 SYMMETRIZATIONS = ("intersection", "union", "grow-diag-final-and")
-COMBINED = [(how, method) for how in ("product", "mean") for method in ("argmax_target", "argmax_source", "threshold")]
+COMBINED = [(how, method) for how in ("product", "mean") for method in METHODS]
 THRESHOLD = 0.2  # of the "threshold" method (probability mass of a word-level cell)
 
 
@@ -120,17 +121,20 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--gold-set", choices=sorted(GOLD_SETS), required=True)
     parser.add_argument("--forward", required=True, help="run folder or checkpoint: gold source -> gold target")
     parser.add_argument("--reverse", help="run folder or checkpoint trained in the opposite direction")
-    parser.add_argument("--label", default="", help="a name for the rows (printed and stored)")
+    parser.add_argument("--label", help="a name for the rows (printed and stored; default: the --forward folder's name)")
     parser.add_argument("--json", help="append the rows to this jsonl file")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     data_dir = Path(os.environ.get("NMT_DATA_DIR", ROOT.parent / "shared" / "corpora"))
     table = rows(args.gold_set, args.forward, args.reverse, data_dir)
+    forward = Path(args.forward)  # a run folder, or RUN/checkpoints/FILE.pt
+    label = args.label if args.label is not None else (
+        forward.name if forward.is_dir() else f"{forward.parent.parent.name}/{forward.name}")
     print(f"{'label':<24} {'direction':<8} {'method':<28} {'shift':>5} {'T':>4} {'AER %':>6} {'P %':>6} {'R %':>6}")
     for row in table:
-        row["label"] = args.label
-        print(f"{args.label:<24} {row['direction']:<8} {row['method']:<28} {row['shift']:>5} "
+        row["label"] = label
+        print(f"{label:<24} {row['direction']:<8} {row['method']:<28} {row['shift']:>5} "
               f"{row['temperature']:>4} {100 * row['aer']:>6.1f} {100 * row['precision']:>6.1f} "
               f"{100 * row['recall']:>6.1f}")
     if args.json:

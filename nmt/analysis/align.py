@@ -10,7 +10,7 @@ so pre-tokenized gold sets keep their word indices (a line where the counts diff
 Command line (key=value, like translate.py, but parsed here without Hydra)::
 
     python -m nmt.align checkpoint=PATH|RUN_DIR src=FILE tgt=FILE out=FILE.align [matrices=FILE.npz]
-                        [method=argmax_target|argmax_source|threshold] [threshold=0.3] [shift=0]
+                        [method=argmax_target|argmax_source|threshold|mutual_argmax] [threshold=0.3] [shift=0]
                         [temperature=1.0] [lowercase=auto|true|false]
                         [reverse_checkpoint=PATH [method=grow-diag-final-and|intersection|union|...]
                          [direction_method=argmax_target]
@@ -25,7 +25,9 @@ float32 ``[len(target pieces), len(source pieces)]`` array per line, key = 0-bas
 (default ``grow-diag-final-and``) and ``direction_method`` extracts each direction (default
 ``argmax_target``: each target word of that model links to its argmax source word). With ``combine=product``
 (or ``mean``) the two directions' word-level soft alignments are combined before extraction
-(:func:`combined_links`) and ``method`` is one of the one-direction methods applied to the combined matrix.
+(:func:`combined_links`) and ``method`` is one of the one-direction methods applied to the combined matrix;
+``method=mutual_argmax`` keeps the links that are the argmax of both their row and their column
+(nmt.decoding.word_alignment.hard_alignment): at most one link per word, so precision is high.
 
 ``head`` chooses the matrix that links are extracted from for a multi-head attention model
 (:mod:`nmt.analysis.heads`): ``mean`` (the default, the heads' mean: the matrix every model saves), a 0-based

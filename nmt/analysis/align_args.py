@@ -18,7 +18,7 @@ from nmt.decoding.artifacts import check_npz_path
 from nmt.decoding.word_alignment import METHODS
 
 USAGE = ("usage: python -m nmt.align checkpoint=PATH src=FILE tgt=FILE out=FILE.align [matrices=FILE.npz] "
-         "[method=argmax_target|argmax_source|threshold] [threshold=0.3] [shift=0] [temperature=1.0] "
+         "[method=argmax_target|argmax_source|threshold|mutual_argmax] [threshold=0.3] [shift=0] [temperature=1.0] "
          "[lowercase=auto|true|false] [reverse_checkpoint=PATH method=grow-diag-final-and|intersection|union|"
          "grow-diag|grow-diag-final direction_method=argmax_target | reverse_checkpoint=PATH combine=product|mean] "
          "[head=mean|INDEX|best] [gold=FILE.pharaoh [gold_one_based=false]] [batch_size=64] [device=auto] "
@@ -43,7 +43,7 @@ SETTINGS = {  # key -> what it is, for --help (the values are checked by parse_a
     "tgt": "target sentences, parallel to src",
     "out": "the Pharaoh links to write, one line per sentence pair",
     "matrices": "also save the soft alignments: FILE.npz (and FILE.jsonl with the pieces)",
-    "method": "link extraction (argmax_target|argmax_source|threshold) or, with reverse_checkpoint, the "
+    "method": "link extraction (argmax_target|argmax_source|threshold|mutual_argmax) or, with reverse_checkpoint, the "
               "symmetrization (grow-diag-final-and|intersection|union|grow-diag|grow-diag-final)",
     "threshold": "of method=threshold",
     "shift": "read target word t from attention row t+shift",

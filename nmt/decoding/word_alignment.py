@@ -42,7 +42,7 @@ WORD_START = "\u2581"  # "▁", sentencepiece's word-boundary marker
 SPECIAL_TOKENS = frozenset({"</s>", "<s>", "<pad>"})
 
 
-METHODS = ("argmax_target", "argmax_source", "threshold")
+METHODS = ("argmax_target", "argmax_source", "threshold", "mutual_argmax")
 
 
 _BYTE_PIECE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
@@ -198,6 +198,11 @@ def hard_alignment(
             experiment; docs/attention.md). Target words whose row is all zero get no link.
         ``"argmax_source"``: each source word -> its argmax target word (columns all zero get no link).
         ``"threshold"``: every cell ``>= threshold``.
+        ``"mutual_argmax"``: the links that ``argmax_target`` and ``argmax_source`` both give: target word t and
+            source word s link when s is t's argmax in its row and t is s's argmax in its column (the "ArgMax"
+            extraction of Jalili Sabet, Dufter, Yvon and Schütze 2020, "SimAlign", §2.2). At most one link per
+            word on either side: high precision, for a matrix that combines both directions
+            (:func:`combine_directions`) or for one direction's attention.
 
     Args:
         word_matrix: ``[hyp_words, src_words]`` soft alignment, e.g. from :func:`merge_to_words`.
@@ -219,6 +224,9 @@ def hard_alignment(
         links = [(int(a[t].argmax()), t) for t in range(a.shape[0]) if a[t].any()]
     elif method == "argmax_source":
         links = [(s, int(a[:, s].argmax())) for s in range(a.shape[1]) if a[:, s].any()]
+    elif method == "mutual_argmax":
+        best_source, best_target = a.argmax(axis=1), a.argmax(axis=0)  # [hyp_words], [src_words]
+        links = [(int(s), t) for t, s in enumerate(best_source) if a[t].any() and best_target[s] == t]
     else:
         links = [(int(s), int(t)) for t, s in zip(*np.nonzero(a >= threshold))]
     return sorted(links)

@@ -36,6 +36,8 @@ from nmt.training.gold import gold_settings, load_gold
 
 log = logging.getLogger(__name__)
 
+ALIGN_DEFAULTS = {"method": "argmax_target", "threshold": 0.3, "shift": 0, "temperature": 1.0}  # nmt.align's, combine=
+
 REVERSE_DIR = "reverse"  # RUN/reverse/checkpoints/best.pt
 
 
@@ -165,14 +167,17 @@ class Agreement:
                         *self.toks, progress=asdict(progress))
 
     def align_command(self, cfg, run_dir: Path) -> str:
-        """The ``nmt.align`` command that symmetrizes the pair (``combine=product``) on the ``eval.gold`` sentences,
-        or on placeholder files without one."""
+        """The ``nmt.align`` command that symmetrizes the pair (``combine=product``) on the ``eval.gold`` sentences
+        with its extraction (``method``, and ``threshold``/``shift``/``temperature`` where they differ from
+        ``nmt.align``'s defaults), so it gives the ``symmetrized_aer`` of ``best.pt``'s step; on placeholder files
+        without ``eval.gold``."""
         run = Path(run_dir).resolve()
         gold = gold_settings(cfg.eval.get("gold"))
         paths = dict(gold["paths"]) if gold and gold.get("paths") else {}
         src, tgt = (paths.get(str(lang), f"SENTENCES.{lang}") for lang in (cfg.data.src_lang, cfg.data.tgt_lang))
+        extract = [f"{key}={gold[key]}" for key, default in ALIGN_DEFAULTS.items() if gold and gold[key] != default]
         args = [f"checkpoint={run / 'checkpoints' / 'best.pt'}",
-                f"reverse_checkpoint={run / REVERSE_DIR / 'checkpoints' / 'best.pt'}", "combine=product",
+                f"reverse_checkpoint={run / REVERSE_DIR / 'checkpoints' / 'best.pt'}", "combine=product", *extract,
                 f"src={src}", f"tgt={tgt}", f"out={run / 'eval' / 'symmetrized.align'}"]
         return "python -m nmt.align " + shlex.join(args)
 

@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nmt.decoding.word_alignment import (
     hard_alignment,
@@ -63,6 +65,29 @@ def test_methods_differ_on_known_matrix():
     assert hard_alignment(w, "argmax_source") == [(0, 0), (1, 0)]
     assert hard_alignment(w, "threshold", threshold=0.45) == [(0, 0), (1, 0)]
     assert hard_alignment(w, "threshold") == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    # target word 1's argmax is source word 1, but source word 1 attends most to target word 0: only 0-0 is mutual
+    assert hard_alignment(w, "mutual_argmax") == [(0, 0)]
+
+
+def test_mutual_argmax_recovers_a_permutation_and_drops_the_extra_target_word():
+    # 4 target words over 3 source words: a permutation (target t -> source perm[t]) plus a target word (3) that
+    # spreads over the sources and is nobody's argmax; argmax_target still links it, mutual_argmax does not
+    perm = [2, 0, 1]
+    w = np.full((4, 3), 0.05, dtype=np.float32)
+    for t, s in enumerate(perm):
+        w[t, s] = 0.9
+    w[3] = [0.3, 0.4, 0.3]
+    assert hard_alignment(w, "mutual_argmax") == sorted((s, t) for t, s in enumerate(perm))
+    assert (1, 3) in hard_alignment(w, "argmax_target")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 7), st.integers(1, 7), st.integers(0, 2**32 - 1))
+def test_mutual_argmax_is_the_intersection_of_both_argmaxes(n_tgt, n_src, seed):
+    w = np.random.default_rng(seed).random((n_tgt, n_src)).astype(np.float32)  # ties have probability ~0
+    mutual = hard_alignment(w, "mutual_argmax")
+    assert mutual == sorted(set(hard_alignment(w, "argmax_target")) & set(hard_alignment(w, "argmax_source")))
+    assert len({s for s, _ in mutual}) == len(mutual) == len({t for _, t in mutual}) >= 1  # one link per word
 
 
 def test_pharaoh_diagonal_and_sorting():

@@ -27,10 +27,10 @@ TINY = ["data.train_limit=400", "data.eval_limit=5", "tokenizer.vocab_size=500",
 ON = ["train.agreement.weight=1.0", "train.agreement.loss=product"]
 
 
-def gold_setting(corpora) -> str:
+def gold_setting(corpora, method: str = "argmax_target") -> str:
     """eval.gold on the German-English gold set (100 pairs), so the printed nmt.align command names its files."""
     folder = corpora / "align_deen_bicici100"
-    return (f"eval.gold={{links: {folder / 'de-en.wa.gz'}, link_langs: [de, en], "
+    return (f"eval.gold={{links: {folder / 'de-en.wa.gz'}, link_langs: [de, en], method: {method}, "
             f"paths: {{de: {folder / 'test.de.gz'}, en: {folder / 'test.en.gz'}}}}}")
 
 
@@ -107,7 +107,8 @@ def test_a_tiny_run_writes_both_models_which_load_translate_and_align(compose_cf
 
     run = tmp_path / "run"
     with caplog.at_level("INFO"):
-        train(compose_cfg([*TINY, *ON, "train.max_steps=12", gold_setting(multi30k_dir.parent)]), run)
+        train(compose_cfg([*TINY, *ON, "train.max_steps=12", gold_setting(multi30k_dir.parent, "mutual_argmax")]),
+              run)
     record = records(run)[-1]
     for key in ("reverse_valid_loss", "reverse_valid_bleu", "valid_agreement", "reverse_aer", "aer",
                 "symmetrized_aer", "symmetrized_alignment_precision", "symmetrized_alignment_recall"):
@@ -125,7 +126,7 @@ def test_a_tiny_run_writes_both_models_which_load_translate_and_align(compose_cf
     assert len(Translator.load(run / "reverse").translate(["a man is walking ."])) == 1
     command = [r.getMessage() for r in caplog.records if "nmt.align" in r.getMessage()][-1].split("\n  ")[-1]
     argv = shlex.split(command)
-    assert argv[:3] == ["python", "-m", "nmt.align"] and "combine=product" in argv
+    assert argv[:3] == ["python", "-m", "nmt.align"] and "combine=product" in argv and "method=mutual_argmax" in argv
     assert align_main(argv[3:]) == 0
     lines = (run / "eval" / "symmetrized.align").read_text(encoding="utf-8").splitlines()
     assert len(lines) == 100 and any(lines)
