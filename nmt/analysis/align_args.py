@@ -43,8 +43,9 @@ SETTINGS = {  # key -> what it is, for --help (the values are checked by parse_a
     "tgt": "target sentences, parallel to src",
     "out": "the Pharaoh links to write, one line per sentence pair",
     "matrices": "also save the soft alignments: FILE.npz (and FILE.jsonl with the pieces)",
-    "method": "link extraction (argmax_target|argmax_source|threshold|mutual_argmax) or, with reverse_checkpoint, the "
-              "symmetrization (grow-diag-final-and|intersection|union|grow-diag|grow-diag-final)",
+    "method": "link extraction (argmax_target, the default|argmax_source|threshold|mutual_argmax), also with "
+              "reverse_checkpoint and combine=; with reverse_checkpoint alone, the symmetrization "
+              "(grow-diag-final-and, the default|intersection|union|grow-diag|grow-diag-final)",
     "threshold": "of method=threshold",
     "shift": "read target word t from attention row t+shift",
     "temperature": "< 1 sharpens the attention before extraction",
@@ -172,8 +173,13 @@ def _resolve_method(opts: dict) -> None:
     valid = SYMMETRIZATIONS if reverse else METHODS
     opts["method"] = opts["method"] or valid[-1 if reverse else 0]
     if opts["method"] not in valid:
-        hint = ("" if reverse or opts["method"] not in SYMMETRIZATIONS
-                else " (symmetrization needs reverse_checkpoint=PATH, a model trained target -> source)")
+        if not reverse and opts["method"] in SYMMETRIZATIONS:
+            hint = " (symmetrization needs reverse_checkpoint=PATH, a model trained target -> source)"
+        elif reverse and opts["method"] in METHODS:
+            hint = (f" is a one-direction method: with reverse_checkpoint add combine=product (or mean) to extract it "
+                    f"from the combined matrix, or give direction_method={opts['method']} with a symmetrization")
+        else:
+            hint = ""
         raise UsageError(f"method={opts['method']}{hint}; valid methods "
                          f"{'with' if reverse else 'without'} reverse_checkpoint: {', '.join(valid)}")
 
@@ -187,7 +193,8 @@ def _check_outputs(opts: dict) -> None:
         npz = Path(opts["matrices"])
         for path in (npz, npz.with_suffix(".jsonl"), npz.with_name(npz.stem + ".heads.npz")):
             if path.resolve() in written:
-                raise UsageError(f"out={opts['out']} and matrices={opts['matrices']} would write one file: give "
+                raise UsageError(f"out={opts['out']} and matrices={opts['matrices']} would write one file "
+                                 f"({path.name}; matrices=FILE.npz also writes FILE.jsonl and FILE.heads.npz): give "
                                  "them different names")
             written[path.resolve()] = "matrices"
     for path, key in written.items():

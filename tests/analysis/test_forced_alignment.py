@@ -199,6 +199,9 @@ def test_parse_args_defaults_and_errors():
                          (["threads=two"], "threads integers"),
                          (["method=best"], "argmax_target, argmax_source, threshold"),
                          (["reverse_checkpoint=r", "method=threshold"], "intersection, union"),
+                         (["reverse_checkpoint=r", "method=mutual_argmax"],
+                          ("one-direction method: with reverse_checkpoint add combine=product .* "
+                          "direction_method=mutual_argmax")),
                          (["matrices=m.txt"], ".npz"), (["out=o2"], "twice"),
                          (["reverse_checkpoint=r", "combine=product", "matrices=m"], "must end in .npz"),
                          (["--shift", "1"], "settings are written key=value, here shift=..."),
@@ -211,7 +214,8 @@ def test_parse_args_defaults_and_errors():
 def test_outputs_that_would_replace_a_file_being_read_are_refused():
     for args, message in [(["out=s"], "out=s would write s, which is src=s"),  # the source text
                           (["out=o", "matrices=m.npz", "gold=m.jsonl"], "matrices=m.npz would write m.jsonl"),
-                          (["out=m.jsonl", "matrices=m.npz"], "would write one file"),
+                          (["out=m.jsonl", "matrices=m.npz"], (r"would write one file \(m.jsonl; matrices=FILE.npz "
+                                                                  "also writes FILE.jsonl")),
                           (["out=c"], "which is checkpoint=c")]:
         with pytest.raises(UsageError, match=message):
             parse_args(["checkpoint=c", "src=s", "tgt=t", *args])
