@@ -181,3 +181,19 @@ class Agreement:
                 f"src={src}", f"tgt={tgt}", f"out={run / 'eval' / 'symmetrized.align'}"]
         return "python -m nmt.align " + shlex.join(args)
 
+    @staticmethod
+    def aer_command(cfg, run_dir: Path) -> str | None:
+        """The ``nmt.aer`` command that scores the file :meth:`align_command` writes against ``eval.gold``'s links
+        as validation does (links outside the sentences dropped), or None without ``eval.gold`` or with its
+        sentences as ``bitext``."""
+        gold = gold_settings(cfg.eval.get("gold"))
+        if not gold or not gold.get("paths"):
+            return None
+        src, tgt = str(cfg.data.src_lang), str(cfg.data.tgt_lang)
+        args = [f"gold={gold['links']}", f"hyp={Path(run_dir).resolve() / 'eval' / 'symmetrized.align'}",
+                f"src={gold['paths'][src]}", f"tgt={gold['paths'][tgt]}"]
+        args += ["gold_format=naacl"] if gold["format"] == "naacl" else []
+        args += ["one_based=true"] if gold["one_based"] else []
+        args += ["target_first=true"] if gold["link_langs"][0] == tgt else []
+        return "python -m nmt.aer " + shlex.join(args)
+

@@ -110,6 +110,9 @@ def log_done(cfg, results: dict, run_dir: Path, agreement=None) -> None:
         log.info("the reverse model (%s -> %s) is %s; symmetrize the two directions' attention with:\n  %s",
                  cfg.data.tgt_lang, cfg.data.src_lang, (run_dir / REVERSE_DIR / "checkpoints" / "best.pt").resolve(),
                  agreement.align_command(cfg, run_dir))
+        if aer_command := agreement.aer_command(cfg, run_dir):
+            log.info("and score the links against eval.gold's (the symmetrized_aer of best.pt's step) with:\n  %s",
+                     aer_command)
 
 
 def log_start(cfg, model, device, pairs: int, run_dir: Path, averaging: bool, dist: Distributed) -> None:

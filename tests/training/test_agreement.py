@@ -101,7 +101,9 @@ def test_the_agreement_term_sends_gradients_into_both_models(compose_cfg):
     torch.testing.assert_close(weighted[0], weighted[1] + weighted[2])  # λ = 0: the two NLLs alone
 
 
-def test_a_tiny_run_writes_both_models_which_load_translate_and_align(compose_cfg, multi30k_dir, tmp_path, caplog):
+def test_a_tiny_run_writes_both_models_which_load_translate_and_align(compose_cfg, multi30k_dir, tmp_path, caplog,
+                                                                      capsys):
+    from nmt.analysis.aer import main as aer_main
     from nmt.analysis.align import main as align_main
     from nmt.api import Translator
 
@@ -135,6 +137,13 @@ def test_a_tiny_run_writes_both_models_which_load_translate_and_align(compose_cf
     at_best = next(r for r in records(run) if r["step"] == best["progress"]["step"])
     assert [at_best[f"symmetrized_{key}"] for key in RECORD_KEYS] == [expected.aer, expected.precision,
                                                                        expected.recall]
+    # and the printed nmt.aer command prints that figure
+    command = [r.getMessage() for r in caplog.records if "nmt.aer" in r.getMessage()][-1].split("\n  ")[-1]
+    argv = shlex.split(command)
+    assert argv[:3] == ["python", "-m", "nmt.aer"] and "target_first=true" not in argv
+    capsys.readouterr()
+    assert aer_main(argv[3:]) == 0
+    assert capsys.readouterr().out.startswith(f"AER {expected.aer:.4f}  precision {expected.precision:.4f}")
     assert any("both directions (combine=product): AER" in r.getMessage() for r in caplog.records)
 
 
@@ -190,3 +199,17 @@ def test_bad_settings_are_refused_before_any_work(compose_cfg, tmp_path, overrid
     with pytest.raises(ValueError, match=message):
         train(compose_cfg([*TINY, *weight, override]), tmp_path / "run")
     assert not (tmp_path / "run" / "spm").exists()
+
+
+def test_the_printed_aer_command_names_the_gold_links_in_the_models_direction(compose_cfg, multi30k_dir, tmp_path):
+    from nmt.training.reverse import Agreement
+
+    folder = multi30k_dir.parent / "align_deen_bicici100"
+    for src, tgt, flipped in (("de", "en", False), ("en", "de", True)):
+        cfg = compose_cfg([*TINY, *ON, f"data.src_lang={src}", f"data.tgt_lang={tgt}",
+                           gold_setting(multi30k_dir.parent), "+eval.gold.one_based=true"])
+        argv = shlex.split(Agreement.aer_command(cfg, tmp_path))
+        assert argv[:3] == ["python", "-m", "nmt.aer"] and "one_based=true" in argv
+        assert f"src={folder / f'test.{src}.gz'}" in argv and f"tgt={folder / f'test.{tgt}.gz'}" in argv
+        assert ("target_first=true" in argv) == flipped
+    assert Agreement.aer_command(compose_cfg([*TINY, *ON]), tmp_path) is None
