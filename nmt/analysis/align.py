@@ -169,8 +169,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         opts = parse_args(argv)
     except UsageError as err:
-        print(f"{prog}: error: {err}\n{USAGE}\n({prog} --help lists the settings)", file=sys.stderr)
+        usage = USAGE.replace("python -m nmt.align", prog, 1)
+        print(f"{prog}: error: {err}\n{usage}\n({prog} --help lists the settings)", file=sys.stderr)
         return 2
+    for ignored in opts["ignored"]:
+        print(f"warning: {ignored}", file=sys.stderr)
     try:
         lines, warnings, notes = run(opts)
     except (OSError, ValueError) as err:  # CheckpointError, TextFileError and AlignmentFormatError are ValueErrors

@@ -118,7 +118,22 @@ def parse_args(argv: Sequence[str]) -> dict:
     _resolve_method(opts)
     _check_head(opts)
     _check_outputs(opts)
+    opts["ignored"] = ignored_settings(given, opts)
     return opts
+
+
+def ignored_settings(given: dict[str, str], opts: dict) -> list[str]:
+    """What the command line sets but the resolved options do not use (``threshold=`` without a thresholding
+    method, ``direction_method=`` outside a symmetrization, ``gold_one_based=`` without ``gold=``), each as a
+    sentence for a warning."""
+    symmetrizing = bool(opts["reverse_checkpoint"]) and opts["combine"] is None
+    extraction = opts["direction_method"] if symmetrizing else opts["method"]
+    unused = {"threshold": (extraction != "threshold", f"only method=threshold uses it (here {extraction})"),
+              "direction_method": (not symmetrizing, ("it is the extraction of each direction before a "
+                                                     "symmetrization: reverse_checkpoint= without combine=")),
+              "gold_one_based": (not opts["gold"], "it reads gold=, which is not given")}
+    return [f"{key}={given[key]} is ignored: {why}" for key, (ignored, why) in unused.items()
+            if key in given and ignored]
 
 
 def _check_head(opts: dict) -> None:

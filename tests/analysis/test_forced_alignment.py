@@ -187,6 +187,27 @@ def test_cli_entry_point_reports_usage(repo_root):
     assert "missing out=" in proc.stderr and "usage: python -m nmt.align" in proc.stderr
 
 
+def test_the_usage_names_the_installed_command_when_it_ran(monkeypatch, capsys):
+    from nmt.analysis.align import main
+
+    monkeypatch.setattr(sys, "argv", ["/usr/local/bin/nmt-align"])
+    assert main(["checkpoint=x", "src=a", "tgt=b"]) == 2
+    err = capsys.readouterr().err
+    assert "usage: nmt-align checkpoint=PATH" in err and "python -m" not in err
+
+
+def test_settings_that_the_method_does_not_use_are_named_as_ignored():
+    base = ["checkpoint=c", "src=s", "tgt=t", "out=o"]
+    assert parse_args(base)["ignored"] == []
+    assert parse_args([*base, "method=threshold", "threshold=0.2"])["ignored"] == []
+    assert parse_args([*base, "reverse_checkpoint=r", "direction_method=threshold", "threshold=0.2"])["ignored"] == []
+    assert parse_args([*base, "method=mutual_argmax", "threshold=0.2"])["ignored"] == [
+        "threshold=0.2 is ignored: only method=threshold uses it (here mutual_argmax)"]
+    ignored = parse_args([*base, "reverse_checkpoint=r", "combine=product", "direction_method=threshold",
+                          "gold_one_based=true"])["ignored"]
+    assert [line.split(" is ignored")[0] for line in ignored] == ["direction_method=threshold", "gold_one_based=true"]
+
+
 def test_parse_args_defaults_and_errors():
     opts = parse_args(["checkpoint=c", "src=s", "tgt=t", "out=o"])
     assert opts["method"] == "argmax_target" and opts["shift"] == 0 and opts["threshold"] == 0.3
