@@ -210,6 +210,20 @@ def test_alignment_presets(compose_cfg, multi30k_dir, name, pair, gold):
     assert dot.train.max_steps == cfg.train.max_steps and dot.decoder.style == "bahdanau"
 
 
+def test_the_joint_aligner_preset_is_align_en_fr_with_biases_and_agreement(compose_cfg):
+    """align_en_fr_joint changes align_en_fr's attention, agreement and gold extraction, nothing else."""
+    from omegaconf import OmegaConf
+
+    joint = OmegaConf.to_container(compose_cfg(["+experiment=align_en_fr_joint"]))
+    plain = OmegaConf.to_container(compose_cfg(["+experiment=align_en_fr"]))
+    assert joint["attention"]["bias"] == {"position": True, "markov": 1, "fertility": 1}
+    assert joint["train"]["agreement"] == {"weight": 1.0, "loss": "product"}
+    assert joint["eval"]["gold"]["method"] == "mutual_argmax"
+    for cfg in (joint, plain):
+        del cfg["attention"], cfg["train"]["agreement"], cfg["eval"]["gold"]["method"]
+    assert joint == plain
+
+
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_experiment_presets_compose_and_overrides_still_apply(compose_cfg, name):
     """``+experiment=NAME`` sets the language pair and recipe; later overrides win; the model builds."""
