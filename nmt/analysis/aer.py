@@ -172,28 +172,46 @@ def _read_files(args: argparse.Namespace) -> tuple[list[tuple[int, int]] | None,
         hyp = read_pharaoh(
             args.hyp, one_based=args.hyp_one_based, target_first=args.hyp_target_first, lengths=lengths
         )
-    for warning in caught:
-        print(f"warning: {warning.message}", file=sys.stderr)
+    dropped = [str(w.message) for w in caught if issubclass(w.category, AlignmentWarning)]
+    check = ("a wrong origin (one_based=, hyp_one_based=), position order (target_first=, hyp_target_first=) or "
+             "src= and tgt= swapped")
+    for message in dropped_summary(dropped, check):
+        print(f"warning: {message}", file=sys.stderr)
     return lengths, gold, hyp
 
 
-def position_warning(name: str, links: Sequence[set[Link]], null_links: int, one_based: bool) -> str | None:
+def position_warning(name: str, links: Sequence[set[Link]], null_links: int, one_based: bool,
+                     setting: str | None = None) -> str | None:
     """A warning for an alignment file that looks read with the wrong origin, or None: ``links`` (per sentence,
     as read) never use position 0 although the file was read as 0-based (a 1-based file?), or ``null_links``
-    links at position 0 were skipped as NULL although it was read as 1-based (a 0-based file?)."""
+    links at position 0 were skipped as NULL although it was read as 1-based (a 0-based file?). ``setting``
+    (e.g. ``one_based``) is the option to name in the question."""
+    def fix(value: str) -> str:
+        return f" ({setting}={value})" if setting else ""
     if not one_based and _zero_never_used(links):
-        return f"{name}: no link uses position 0; is the file 1-based?"
+        return f"{name}: no link uses position 0; is the file 1-based{fix('true')}?"
     if one_based and null_links:
         return (f"{name}: {null_links} link(s) use position 0, which a 1-based file reserves for NULL, and were "
-                "skipped; is the file 0-based?")
+                f"skipped; is the file 0-based{fix('false')}?")
     return None
+
+
+def dropped_summary(messages: Sequence[str], check: str, shown: int = 3) -> list[str]:
+    """The warnings for links dropped as out of range: all of them up to ``shown``, else the first ``shown`` and
+    one line with the count and what to ``check`` (so many usually mean a wrong origin, order or file)."""
+    if len(messages) <= shown:
+        return list(messages)
+    summary = (f"{len(messages) - shown} more link(s) out of range were dropped ({len(messages)} in all); so many "
+               f"usually mean {check}")
+    return [*messages[:shown], summary]
 
 
 def _warn_about_positions(args: argparse.Namespace, gold: Alignments, hyp: Alignments) -> None:
     """Warn on stderr about a file that looks 1-based but is read as 0-based, or the other way round."""
-    for name, links, nulls, one_based in ((args.gold, gold.possible, gold.null_links, args.one_based),
-                                          (args.hyp, hyp.links, hyp.null_links, args.hyp_one_based)):
-        if message := position_warning(name, links, nulls, one_based):
+    for name, links, nulls, one_based, setting in (
+            (args.gold, gold.possible, gold.null_links, args.one_based, "one_based"),
+            (args.hyp, hyp.links, hyp.null_links, args.hyp_one_based, "hyp_one_based")):
+        if message := position_warning(name, links, nulls, one_based, setting):
             print(f"warning: {message}", file=sys.stderr)
 
 

@@ -44,7 +44,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from nmt.analysis.aer import aer, position_warning
+from nmt.analysis.aer import aer, dropped_summary, position_warning
 from nmt.analysis.align_args import REQUIRED, USAGE, UsageError, help_text, parse_args  # noqa: F401 (public here)
 from nmt.analysis.forced import combined_links, force_align, links, load_aligner, word_counts
 from nmt.analysis.gold import Alignments, AlignmentWarning, read_pharaoh
@@ -110,9 +110,11 @@ def _read_gold(opts: dict, sources: list[str], targets: list[str]) -> tuple[Alig
         warnings.simplefilter("always", AlignmentWarning)
         gold = read_pharaoh(opts["gold"], one_based=opts["gold_one_based"],
                             lengths=[(len(s.split()), len(t.split())) for s, t in zip(sources, targets)])
-    found = [str(w.message) for w in caught if issubclass(w.category, AlignmentWarning)]
-    origin = position_warning(f"gold={opts['gold']}", gold.possible, gold.null_links, opts["gold_one_based"])
-    return gold, found + ([origin.replace("1-based?", "1-based (gold_one_based=true)?")] if origin else [])
+    found = dropped_summary([str(w.message) for w in caught if issubclass(w.category, AlignmentWarning)],
+                            "a wrong origin (gold_one_based=) or src= and tgt= swapped")
+    origin = position_warning(f"gold={opts['gold']}", gold.possible, gold.null_links, opts["gold_one_based"],
+                              "gold_one_based")
+    return gold, found + ([origin] if origin else [])
 
 
 def _apply_head(head, forward: list, gold: Alignments | None, extract) -> tuple[list, list[str], str]:

@@ -8,6 +8,7 @@ Command line (key=value, like train.py and every other tool)::
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -105,7 +106,7 @@ def parse_args(argv: Sequence[str]) -> dict:
                          f"batch_size={opts['batch_size']}, temperature={opts['temperature']}")
     if opts["lowercase"] not in ("auto", "true", "false"):
         raise UsageError(f"lowercase={opts['lowercase']}; valid: auto (as the checkpoint's training data), true, false")
-    if opts["direction_method"] not in METHODS:
+    if opts["direction_method"] not in METHODS and not (opts["combine"] and opts["reverse_checkpoint"]):
         raise UsageError(f"direction_method={opts['direction_method']}; valid: {', '.join(METHODS)}")
     if opts["matrices"]:
         try:
@@ -129,8 +130,9 @@ def ignored_settings(given: dict[str, str], opts: dict) -> list[str]:
     symmetrizing = bool(opts["reverse_checkpoint"]) and opts["combine"] is None
     extraction = opts["direction_method"] if symmetrizing else opts["method"]
     unused = {"threshold": (extraction != "threshold", f"only method=threshold uses it (here {extraction})"),
-              "direction_method": (not symmetrizing, ("it is the extraction of each direction before a "
-                                                     "symmetrization: reverse_checkpoint= without combine=")),
+              "direction_method": (not symmetrizing, ("it extracts each direction's links before a hard "
+                                                     "symmetrization (reverse_checkpoint= without combine=); with "
+                                                     "combine= method= extracts them from the combined matrix")),
               "gold_one_based": (not opts["gold"], "it reads gold=, which is not given")}
     return [f"{key}={given[key]} is ignored: {why}" for key, (ignored, why) in unused.items()
             if key in given and ignored]
@@ -164,7 +166,9 @@ def _key_values(argv: Sequence[str]) -> dict[str, str]:
         if not sep or not key:
             raise UsageError(f"argument {arg!r} is not key=value; valid keys: {', '.join(KEYS)}")
         if key not in KEYS:
-            raise UsageError(f"unknown key {key!r}; valid keys: {', '.join(KEYS)}")
+            close = difflib.get_close_matches(key, KEYS, n=2, cutoff=0.7)
+            hint = f"did you mean {' or '.join(close)}? " if close else ""
+            raise UsageError(f"unknown key {key!r}; {hint}valid keys: {', '.join(KEYS)}")
         if key in given:
             raise UsageError(f"key {key!r} given twice")
         given[key] = value

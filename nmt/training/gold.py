@@ -180,9 +180,10 @@ def load_gold(cfg, quiet: bool = False) -> GoldSet | None:
     if caught and not quiet:
         log.warning("eval.gold: %d gold link(s) outside the sentences dropped (as nmt.aer with src= and tgt= "
                     "does); first: %s", len(caught), caught[0].message)
-    origin = position_warning(f"eval.gold.links={opts['links']}", gold.possible, gold.null_links, opts["one_based"])
+    origin = position_warning(f"eval.gold.links={opts['links']}", gold.possible, gold.null_links, opts["one_based"],
+                              "eval.gold.one_based")
     if origin and not quiet:
-        log.warning("%s (eval.gold.one_based=%s)", origin, str(opts["one_based"]).lower())
+        log.warning("%s", origin)
     prepare = aligner_input(cfg.data, opts["lowercase"])
     extract = {key: opts[key] for key in ("method", "threshold", "shift", "temperature")}
     return GoldSet(prepare(sources), prepare(targets), gold, lengths, extract, int(opts["batch_size"]))

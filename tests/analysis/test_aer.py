@@ -368,7 +368,7 @@ def test_gold_roen_wpt2003(corpora, tmp_path, recwarn):
 def test_cli_warns_about_a_one_based_file_read_as_zero_based(corpora, capsys):
     gold = corpora / "align_roen_wpt2003" / "roen.gold.gz"
     assert main([f"gold={gold}", f"hyp={gold}"]) == 0
-    assert "no link uses position 0; is the file 1-based?" in capsys.readouterr().err
+    assert "no link uses position 0; is the file 1-based (one_based=true)?" in capsys.readouterr().err
 
 
 def test_cli_warns_about_a_zero_based_hypothesis_read_as_one_based(tmp_path, capsys):
@@ -399,9 +399,23 @@ def test_a_gold_file_read_with_the_wrong_origin_is_named(tmp_path):
     gold, found = _read_gold(opts, sources, targets)
     assert gold.null_links == 110
     assert found[-1] == (f"gold={opts['gold']}: 110 link(s) use position 0, which a 1-based file reserves for NULL, "
-                         "and were skipped; is the file 0-based?")
+                         "and were skipped; is the file 0-based (gold_one_based=false)?")
     gold, found = _read_gold({**opts, "gold_one_based": False}, sources, targets)
     assert not any("position 0" in message for message in found)  # read right: only the one out-of-range link
     shifted = [{(s + 1, t + 1) for s, t in sentence} for sentence in gold.possible]  # a 1-based file read as 0-based
     assert position_warning("f", shifted, 0, False) == "f: no link uses position 0; is the file 1-based?"
     assert position_warning("f", gold.possible, 0, False) is None
+
+
+def test_many_dropped_links_are_counted_with_what_to_check(corpora, capsys):
+    """src= and tgt= swapped: three dropped links are shown, then one line with the count and the likely causes."""
+    folder = corpora / "align_enfr_hansards"
+    gold, src, tgt = folder / "enfr.gold.gz", folder / "test.e.gz", folder / "test.f.gz"
+    assert main([f"gold={gold}", "one_based=true", f"hyp={gold}", "hyp_one_based=true", f"src={tgt}",
+                 f"tgt={src}"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 4 and all("out of range" in line for line in lines)
+    assert "more link(s) out of range were dropped" in lines[-1] and "src= and tgt= swapped" in lines[-1]
+    assert main([f"gold={gold}", "one_based=true", f"hyp={gold}", "hyp_one_based=true", f"src={src}",
+                 f"tgt={tgt}"]) == 0
+    assert "AER 0.0000" in capsys.readouterr().out  # the right order drops nothing

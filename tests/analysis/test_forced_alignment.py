@@ -206,6 +206,8 @@ def test_settings_that_the_method_does_not_use_are_named_as_ignored():
     ignored = parse_args([*base, "reverse_checkpoint=r", "combine=product", "direction_method=threshold",
                           "gold_one_based=true"])["ignored"]
     assert [line.split(" is ignored")[0] for line in ignored] == ["direction_method=threshold", "gold_one_based=true"]
+    with pytest.raises(UsageError, match="unknown key 'treshold'; did you mean threshold"):
+        parse_args([*base, "treshold=0.2"])
 
 
 def test_parse_args_defaults_and_errors():

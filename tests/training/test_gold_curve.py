@@ -118,7 +118,7 @@ def test_a_gold_set_read_with_the_wrong_origin_is_logged(compose_cfg, caplog):
         gold = load_gold(compose_cfg(["+experiment=align_de_en", "eval.gold.one_based=true"]))
     assert gold.gold.null_links == 110
     assert "110 link(s) use position 0, which a 1-based file reserves for NULL" in caplog.text
-    assert "(eval.gold.one_based=true)" in caplog.text
+    assert "is the file 0-based (eval.gold.one_based=false)?" in caplog.text
 
 
 def test_the_pair_figure_comes_from_the_product_of_the_two_directions():
