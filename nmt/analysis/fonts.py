@@ -8,8 +8,9 @@ ones, so a plot of German text loads one font and a plot of Chinese loads two. C
 font covers are returned, so the caller can warn once, by name, instead of once per glyph.
 
 On Debian or Ubuntu, ``apt-get install fonts-noto-core fonts-noto-cjk`` adds Devanagari, Thai, Arabic,
-Hebrew and most other scripts (Noto) and Chinese, Japanese and Korean (Noto Sans CJK); matplotlib reads
-new system fonts when its cache is rebuilt (delete ``~/.cache/matplotlib``).
+Hebrew and most other scripts (Noto) and Chinese, Japanese and Korean (Noto Sans CJK). matplotlib's font cache
+(``~/.cache/matplotlib``) does not list fonts installed after it was built; when characters are missing, the
+system's font files that the cache does not list are added once per process (``FontManager.addfont``).
 """
 
 from __future__ import annotations
@@ -26,8 +27,7 @@ BASE_FAMILY = "DejaVu Sans"  # shipped with matplotlib
 PREFERRED = ("Noto Sans", "Noto Sans CJK JP", "Noto Sans CJK SC", "Droid Sans Fallback", "Noto Sans Devanagari",
              "Noto Sans Thai", "Noto Sans Arabic", "Noto Sans Hebrew", "Noto Sans Symbols", "Noto Sans Symbols2")
 
-FONT_HINT = ("install a font that covers them (Debian/Ubuntu: apt-get install fonts-noto-core "
-             "fonts-noto-cjk) and delete matplotlib's font cache (~/.cache/matplotlib)")
+FONT_HINT = "install a font that covers them (Debian/Ubuntu: apt-get install fonts-noto-core fonts-noto-cjk)"
 
 
 @cache
@@ -53,6 +53,24 @@ def _installed() -> tuple[tuple[str, str], ...]:
     return tuple(ordered)
 
 
+@lru_cache(maxsize=1)
+def _add_unlisted_system_fonts() -> int:
+    """Add to matplotlib's font manager the system font files its cache does not list (fonts installed after the
+    cache was built); once per process. Returns how many were added."""
+    listed = {entry.fname for entry in font_manager.fontManager.ttflist}
+    added = 0
+    for path in font_manager.findSystemFonts():
+        if path not in listed:
+            try:
+                font_manager.fontManager.addfont(path)
+                added += 1
+            except (OSError, RuntimeError, ValueError):  # a file FreeType cannot read
+                continue
+    if added:
+        _installed.cache_clear()
+    return added
+
+
 def _drawable(char: str) -> bool:
     """A character that needs a glyph: not white space, not a control, format or unassigned code point."""
     return not char.isspace() and unicodedata.category(char)[0] not in ("C", "Z")
@@ -69,6 +87,15 @@ def families_for(labels: Iterable[str]) -> tuple[list[str], str]:
         and once each, the characters that none of them covers (they would be drawn as boxes).
     """
     wanted = {ord(c) for label in labels for c in label if _drawable(c)}
+    families, missing = _cover(wanted)
+    if missing and _add_unlisted_system_fonts():
+        families, missing = _cover(wanted)
+    return families, "".join(chr(c) for c in sorted(missing))
+
+
+def _cover(wanted: set[int]) -> tuple[list[str], set[int]]:
+    """DejaVu Sans and the fewest installed families that cover the code points ``wanted``, and those none
+    covers."""
     fonts = _installed()
     families, missing = [BASE_FAMILY], set(wanted)
     base = dict(fonts).get(BASE_FAMILY)
@@ -83,4 +110,4 @@ def families_for(labels: Iterable[str]) -> tuple[list[str], str]:
         if covered:
             families.append(family)
             missing -= covered
-    return families, "".join(chr(c) for c in sorted(missing))
+    return families, missing

@@ -60,6 +60,7 @@ def test_latin_labels_load_no_fallback_font():
 def test_characters_no_font_covers_give_one_warning_naming_them(tmp_path, monkeypatch):
     only_dejavu = tuple(entry for entry in fonts._installed() if entry[0] == BASE_FAMILY)
     monkeypatch.setattr(fonts, "_installed", lambda: only_dejavu)
+    monkeypatch.setattr(fonts, "_add_unlisted_system_fonts", lambda: 0)
     source, hypothesis = ["▁一只", "狗", "</s>"], ["▁A", "▁dog", "</s>"]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -67,3 +68,26 @@ def test_characters_no_font_covers_give_one_warning_naming_them(tmp_path, monkey
     messages = [str(w.message) for w in caught]
     assert len(messages) == 1, messages  # not one per glyph
     assert "'一只狗'" in messages[0] and "zh.png" in messages[0] and "fonts-noto-cjk" in messages[0]
+
+
+def test_fonts_installed_after_matplotlibs_cache_was_built_are_found(monkeypatch):
+    """A font cache built before the fonts were installed lists only DejaVu Sans: the system's other font files
+    are added once, so Chinese is still drawn with real glyphs."""
+    import copy
+
+    from matplotlib import font_manager
+
+    if not any(ord("狗") in fonts._charmap(path) for path in font_manager.findSystemFonts()):
+        pytest.skip("no system font covers Chinese: apt-get install fonts-noto-cjk")
+    stale = copy.copy(font_manager.fontManager)
+    stale.ttflist = [entry for entry in font_manager.fontManager.ttflist if entry.name == BASE_FAMILY]
+    monkeypatch.setattr(font_manager, "fontManager", stale)
+    for cached in (fonts._installed, fonts._add_unlisted_system_fonts):
+        cached.cache_clear()
+    try:
+        families, missing = families_for(["一只狗"])
+        assert missing == "" and families[0] == BASE_FAMILY and len(families) == 2
+        assert fonts._add_unlisted_system_fonts() > 0 and len(stale.ttflist) > 1
+    finally:
+        for cached in (fonts._installed, fonts._add_unlisted_system_fonts):
+            cached.cache_clear()
