@@ -1,6 +1,6 @@
 """The reverse model of an agreement run (``train.agreement``, :mod:`nmt.training.agreement`): building it (or
-putting back the one a checkpoint holds), its validation figures, its checkpoint and the command that symmetrizes
-the pair.
+putting back the one a checkpoint holds), its validation figures, its checkpoint, and the commands that symmetrize
+the pair and score it against ``eval.gold``.
 
 What an agreement run adds to its run folder:
 
@@ -196,4 +196,3 @@ class Agreement:
         args += ["one_based=true"] if gold["one_based"] else []
         args += ["target_first=true"] if gold["link_langs"][0] == tgt else []
         return "python -m nmt.aer " + shlex.join(args)
-
