@@ -138,6 +138,15 @@ def ignored_settings(given: dict[str, str], opts: dict) -> list[str]:
             if key in given and ignored]
 
 
+def combine_defaults() -> dict:
+    """The extraction settings (``method``, ``threshold``, ``shift``, ``temperature``) that ``nmt.align`` uses
+    with ``reverse_checkpoint=`` and ``combine=`` when the command line does not set them, typed as
+    :func:`parse_args` returns them."""
+    opts = parse_args(["checkpoint=model.pt", "reverse_checkpoint=reverse.pt", "combine=product", "src=source.txt",
+                       "tgt=target.txt", "out=links.align"])
+    return {key: opts[key] for key in ("method", "threshold", "shift", "temperature")}
+
+
 def _check_head(opts: dict) -> None:
     """Parse ``head`` and ``gold_one_based`` and check that they fit the other options."""
     try:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from nmt.analysis.align_args import combine_defaults
 from nmt.data.batches import iterate_batches
 from nmt.data.corpus import Parallel
 from nmt.decoding.scoring import greedy_bleu
@@ -36,9 +37,8 @@ from nmt.training.gold import gold_settings, load_gold
 
 log = logging.getLogger(__name__)
 
-ALIGN_DEFAULTS = {"method": "argmax_target", "threshold": 0.3, "shift": 0, "temperature": 1.0}  # nmt.align's, combine=
-
 REVERSE_DIR = "reverse"  # RUN/reverse/checkpoints/best.pt
+SYMMETRIZED = Path("eval") / "symmetrized.align"  # RUN/eval/symmetrized.align: what the printed nmt.align writes
 
 
 def reverse_config(cfg):
@@ -175,10 +175,10 @@ class Agreement:
         gold = gold_settings(cfg.eval.get("gold"))
         paths = dict(gold["paths"]) if gold and gold.get("paths") else {}
         src, tgt = (paths.get(str(lang), f"SENTENCES.{lang}") for lang in (cfg.data.src_lang, cfg.data.tgt_lang))
-        extract = [f"{key}={gold[key]}" for key, default in ALIGN_DEFAULTS.items() if gold and gold[key] != default]
+        extract = [f"{key}={gold[key]}" for key, default in combine_defaults().items() if gold and gold[key] != default]
         args = [f"checkpoint={run / 'checkpoints' / 'best.pt'}",
                 f"reverse_checkpoint={run / REVERSE_DIR / 'checkpoints' / 'best.pt'}", "combine=product", *extract,
-                f"src={src}", f"tgt={tgt}", f"out={run / 'eval' / 'symmetrized.align'}"]
+                f"src={src}", f"tgt={tgt}", f"out={run / SYMMETRIZED}"]
         return "python -m nmt.align " + shlex.join(args)
 
     @staticmethod
@@ -190,7 +190,7 @@ class Agreement:
         if not gold or not gold.get("paths"):
             return None
         src, tgt = str(cfg.data.src_lang), str(cfg.data.tgt_lang)
-        args = [f"gold={gold['links']}", f"hyp={Path(run_dir).resolve() / 'eval' / 'symmetrized.align'}",
+        args = [f"gold={gold['links']}", f"hyp={Path(run_dir).resolve() / SYMMETRIZED}",
                 f"src={gold['paths'][src]}", f"tgt={gold['paths'][tgt]}"]
         args += ["gold_format=naacl"] if gold["format"] == "naacl" else []
         args += ["one_based=true"] if gold["one_based"] else []
