@@ -229,7 +229,7 @@ def test_experiment_presets_compose_and_overrides_still_apply(compose_cfg, name)
     """``+experiment=NAME`` sets the language pair and recipe; later overrides win; the model builds."""
     cfg = compose_cfg([f"+experiment={name}", "attention=dot", "train.max_minutes=5"])
     if name.startswith("multi30k_"):
-        src, tgt = name.split("_")[1:]
+        src, tgt = name.split("_")[1:3]
         assert (cfg.data.kind, cfg.data.src_lang, cfg.data.tgt_lang) == ("multi30k", src, tgt)
         assert cfg.model.tie_embeddings and cfg.tokenizer.restrict_vocab and cfg.train.keep_best == 5
         assert cfg.decode.beam_size == 5
@@ -239,6 +239,20 @@ def test_experiment_presets_compose_and_overrides_still_apply(compose_cfg, name)
     assert cfg.attention._target_.endswith("Dot") and cfg.train.max_minutes == 5
     model = build(compose_cfg([f"+experiment={name}", *SMALL]), V_SRC, V_TGT)
     assert forward_shapes(model)[0] == (3, 4, V_TGT)
+
+
+def test_the_tatoeba_preset_is_the_en_de_recipe_with_more_training_pairs(compose_cfg):
+    """multi30k_en_de_tatoeba adds Tatoeba and Multi30k again as extra training data, nothing else."""
+    from omegaconf import OmegaConf
+
+    more = OmegaConf.to_container(compose_cfg(["+experiment=multi30k_en_de_tatoeba"]))
+    plain = OmegaConf.to_container(compose_cfg(["+experiment=multi30k_en_de"]))
+    extra = more["data"].pop("extra_train")
+    assert [e.get("tsv", "").endswith("tatoeba_deu_eng/deu.txt.gz") for e in extra] == [True, False]
+    assert extra[0]["columns"] == ["en", "de"] and extra[1]["repeat"] == 2
+    assert extra[1]["paths"]["de"].endswith("multi30k/train.de.gz")
+    assert plain["data"].pop("extra_train") == []
+    assert more == plain
 
 
 def test_training_paths_made_absolute(compose_cfg, tmp_path, monkeypatch):
