@@ -107,7 +107,7 @@ def check_settings(cfg) -> None:
     and ``train.agreement`` (:func:`nmt.training.reverse.check_agreement`).
 
     Raises:
-        ValueError: naming the first setting that is refused.
+        ValueError: naming the first setting that is refused (also ``train.init`` with ``train.resume``).
         FileNotFoundError / nmt.data.textio.TextFileError: a file of ``eval.gold`` missing or unreadable, naming it.
     """
     check_numbers(cfg)
@@ -116,3 +116,7 @@ def check_settings(cfg) -> None:
     check_available(bool(cfg.train.get("tensorboard")))
     load_gold(cfg, quiet=True)  # the run loads it again, with its warnings
     check_agreement(cfg)
+    if cfg.train.get("init") and cfg.train.get("resume"):
+        raise ValueError(f"train.init={cfg.train.init} and train.resume={cfg.train.resume}: train.resume continues a "
+                         "run (its data, optimizer and schedule), train.init starts a new one from a model's weights "
+                         "on this run's data; set one of them")

@@ -73,9 +73,11 @@ def keep_agreement(ckpt_cfg, cfg, overrides=()) -> None:
         cfg.train.agreement = ckpt_cfg.train.agreement
 
 
-def joint_training(cfg, model, toks, payload: dict | None, device) -> tuple[Agreement | None, torch.nn.Module]:
-    """With ``train.agreement``: the reverse model (new, or the checkpoint's ``reverse_model`` on a resume) and
-    ``(Agreement, Bidirectional module)``, the module to optimise and train through; without: ``(None, model)``.
+def joint_training(cfg, model, toks, payload: dict | None, device,
+                   init_reverse: dict | None = None) -> tuple[Agreement | None, torch.nn.Module]:
+    """With ``train.agreement``: the reverse model (new, the checkpoint's ``reverse_model`` on a resume, or
+    ``init_reverse``, the reverse weights of a ``train.init`` checkpoint) and ``(Agreement, Bidirectional module)``,
+    the module to optimise and train through; without: ``(None, model)``.
 
     Raises:
         ValueError: a resume that would switch agreement on or off (the optimizer state is of one model, or of
@@ -91,8 +93,12 @@ def joint_training(cfg, model, toks, payload: dict | None, device) -> tuple[Agre
     if settings is None:
         return None, model
     reverse = build_model(cfg.model, cfg.decoder, cfg.attention, len(toks[1]), len(toks[0])).to(device)
-    if saved is not None:
-        reverse.load_state_dict(saved)
+    if saved is not None or init_reverse is not None:
+        reverse.load_state_dict(saved if saved is not None else init_reverse)
+    elif cfg.train.get("init"):
+        log.warning("train.init=%s holds no reverse model (it was trained in one direction): the %s -> %s model of "
+                    "this agreement run starts from random weights", cfg.train.init, cfg.data.tgt_lang,
+                    cfg.data.src_lang)
     joint = Bidirectional(model, reverse, **settings).train()
     log.info("agreement training (Cheng et al. 2016): a %s -> %s model beside the %s -> %s one, %s loss, weight %s",
              cfg.data.tgt_lang, cfg.data.src_lang, cfg.data.src_lang, cfg.data.tgt_lang, settings["loss"],

@@ -27,6 +27,7 @@ from nmt.settings import save_config
 from nmt.training.checks import check_settings
 from nmt.training.distributed import Distributed
 from nmt.training.final import final_evaluation
+from nmt.training.init import init_from
 from nmt.training.loop import train_loop
 from nmt.training.resume import resume_from
 from nmt.training.reverse import REVERSE_DIR, joint_training
@@ -72,14 +73,15 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = (), dist: Dis
         log.info("train.precision=%s: training in %s on %s", setting, precision, device)
     if not dist.is_main:  # rank 0 trains the subwords or copies the checkpoint's files first
         dist.barrier("waiting for rank 0 to prepare the run folder")
-    cfg, splits, model, toks, payload = start_or_resume(cfg, run_dir, device, overrides, write=dist.is_main)
+    cfg, splits, model, toks, payload, init_reverse = start_or_resume(cfg, run_dir, device, overrides,
+                                                                      write=dist.is_main)
     if dist.is_main:
         dist.barrier("waiting for the other ranks to start")
     if dist.rank:  # the same initial weights (DDP copies rank 0's anyway), other dropout masks on each rank
         torch.manual_seed(cfg.seed + 1_000_003 * dist.rank)
     train_pairs, epoch_pairs = training_pairs(cfg, splits["train"], toks)
     valid_pairs = encode_pairs(splits["valid"], *toks)
-    agreement, trained = joint_training(cfg, model, toks, payload, device)  # train.agreement: both directions
+    agreement, trained = joint_training(cfg, model, toks, payload, device, init_reverse)  # both directions
     optimizer, scheduler = make_optimizer(trained, cfg)
     ema = moving_average(cfg.train, model, payload)
     log_start(cfg, model, device, len(train_pairs), run_dir, ema is not None, dist)
@@ -142,22 +144,26 @@ def data_parallel(model, dist: Distributed, device):
 def start_or_resume(cfg, run_dir: Path, device, overrides=(), write: bool = True):
     """The config, splits, model, tokenizers and checkpoint payload of the run: resumed from ``train.resume``
     (a checkpoint, or a run folder with ``checkpoints/last.pt``) or from ``run_dir/checkpoints/last.pt`` when it
-    exists (:func:`nmt.training.resume.resume_from`; ``payload`` holds the optimizer, progress and RNG state), else a
-    new model with SentencePiece models trained on the training split (``payload`` None). It resumes whatever run
+    exists (:func:`nmt.training.resume.resume_from`; ``payload`` holds the optimizer, progress and RNG state), else
+    the weights and subword models of ``train.init`` to fine-tune (:func:`nmt.training.init.init_from`), else a
+    new model with SentencePiece models trained on the training split (``payload`` None in both). It resumes whatever run
     the folder holds: train.py has refused, before writing anything, a folder where another command trains
     (:mod:`nmt.training.lock`) and one whose run has other settings than the command's
     (:func:`nmt.training.resume.check_run_folder`); code that calls :func:`train` itself takes those steps if it
     needs them.
 
     Returns:
-        ``(cfg, splits, model, (src_tok, tgt_tok), payload)``; after a resume ``cfg`` holds the checkpoint's
-        model, attention, decoder, tokenizer and data settings, and ``.hydra/config.yaml`` is rewritten to them.
+        ``(cfg, splits, model, (src_tok, tgt_tok), payload, init_reverse)``; after a resume ``cfg`` holds the
+        checkpoint's model, attention, decoder, tokenizer and data settings, after ``train.init`` all but the data,
+        and ``.hydra/config.yaml`` is rewritten to them. ``init_reverse``: the reverse model's weights of a
+        ``train.init`` checkpoint of an agreement run, else None.
 
     ``write``: False on the ranks other than 0, which read what rank 0 wrote (``spm/``, the copied checkpoints)
     and write nothing.
 
     Raises:
-        FileNotFoundError / nmt.checkpoint.CheckpointError: for a resume checkpoint that is missing or unusable.
+        FileNotFoundError / nmt.checkpoint.CheckpointError: for a resume or ``train.init`` checkpoint that is missing
+            or unusable; ValueError: a ``train.init`` model of another language pair.
     """
     resume = cfg.train.get("resume") or (run_dir / "checkpoints" / "last.pt")
     if Path(resume).is_dir() and (Path(resume) / "checkpoints" / "last.pt").is_file():  # a run folder
@@ -166,13 +172,18 @@ def start_or_resume(cfg, run_dir: Path, device, overrides=(), write: bool = True
         model, src_tok, tgt_tok, payload, cfg = resume_from(resume, cfg, run_dir, device, overrides)
         if write:
             save_config(cfg, run_dir / ".hydra" / "config.yaml")  # the folder describes the model trained
-        return cfg, corpus_splits(cfg), model, (src_tok, tgt_tok), payload
+        return cfg, corpus_splits(cfg), model, (src_tok, tgt_tok), payload, None
+    if cfg.train.get("init"):
+        model, src_tok, tgt_tok, cfg, reverse = init_from(cfg.train.init, cfg, run_dir, device, write)
+        if write:
+            save_config(cfg, run_dir / ".hydra" / "config.yaml")
+        return cfg, corpus_splits(cfg), model.to(device), (src_tok, tgt_tok), None, reverse
     with torch.random.fork_rng(devices=[]):  # a bad architecture setting (decoder.style=...) fails before any work;
         build_model(cfg.model, cfg.decoder, cfg.attention, 8, 8)  # the RNG is left as it was (same initialisation)
     splits = corpus_splits(cfg)
     src_tok, tgt_tok = prepare_tokenizers(cfg.tokenizer, splits["train"], run_dir / "spm", corpus_settings(cfg.data))
     model = build_model(cfg.model, cfg.decoder, cfg.attention, len(src_tok), len(tgt_tok)).to(device)
-    return cfg, splits, model, (src_tok, tgt_tok), None
+    return cfg, splits, model, (src_tok, tgt_tok), None, None
 
 
 def corpus_splits(cfg) -> dict:
