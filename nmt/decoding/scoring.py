@@ -15,6 +15,26 @@ from nmt.decoding.translation import translate
 log = logging.getLogger(__name__)
 
 
+class _Once(logging.Filter):
+    """Lets each distinct message of a logger through once per process: sacreBLEU's warning about text that looks
+    tokenized would otherwise repeat for every split, decoder and casing of one evaluation."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message in self.seen:
+            return False
+        self.seen.add(message)
+        return True
+
+
+if not any(isinstance(f, _Once) for f in logging.getLogger("sacrebleu").filters):
+    logging.getLogger("sacrebleu").addFilter(_Once())
+
+
 # target languages whose text has no spaces between words, and the sacreBLEU tokenizer that scores them
 SCRIPT_TOKENIZERS = {"zh": "zh", "ja": "ja-mecab", "ko": "ko-mecab"}
 CHARACTER_LEVEL = {"th", "lo", "my", "km", "bo", "dz"}  # no word tokenizer in sacreBLEU: characters
