@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 # every setting of every tool, as --help lists them
 SETTINGS = {
     "nmt.aer": {"gold", "hyp", "gold_format", "one_based", "target_first", "hyp_one_based", "hyp_target_first",
-                "src", "tgt", "bitext"},
+                "src", "tgt", "bitext", "max_dropped"},
     "nmt.plot": {"index", "out", "gold", "gold_format", "one_based", "target_first", "shift", "head"},
     "nmt.curves": {"labels", "x", "out", "quiet"},
     "nmt.average": {"out", "best", "last", "other_runs"},

@@ -150,11 +150,23 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--src", help="source sentences (the gold's source side): drop out-of-range links")
     parser.add_argument("--tgt", help="target sentences, parallel to src=")
     parser.add_argument("--bitext", help="'source ||| target' sentences instead of src= and tgt=")
+    parser.add_argument("--max-dropped", type=float, default=0.05,
+                        help="with src=/tgt= or bitext=: the share of gold or hypothesis links that may lie outside "
+                        "the sentences before the score is refused (so many mean wrong settings or files; "
+                        "default 0.05; 1: always score)")
     return parser
 
 
+CHECK = ("a wrong origin (one_based=, hyp_one_based=), position order (target_first=, hyp_target_first=) or "
+         "src= and tgt= swapped")  # what many links out of range usually mean
+
+
 def _read_files(args: argparse.Namespace) -> tuple[list[tuple[int, int]] | None, Alignments, Alignments]:
-    """Sentence lengths (or None), gold and hypothesis as the options say; dropped links go to stderr."""
+    """Sentence lengths (or None), gold and hypothesis as the options say; dropped links go to stderr.
+
+    Raises:
+        ValueError: more than ``max_dropped`` of the gold's or the hypothesis's links dropped as out of range.
+    """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", AlignmentWarning)
         lengths = None
@@ -173,10 +185,14 @@ def _read_files(args: argparse.Namespace) -> tuple[list[tuple[int, int]] | None,
             args.hyp, one_based=args.hyp_one_based, target_first=args.hyp_target_first, lengths=lengths
         )
     dropped = [str(w.message) for w in caught if issubclass(w.category, AlignmentWarning)]
-    check = ("a wrong origin (one_based=, hyp_one_based=), position order (target_first=, hyp_target_first=) or "
-             "src= and tgt= swapped")
-    for message in dropped_summary(dropped, check):
+    for message in dropped_summary(dropped, CHECK):
         print(f"warning: {message}", file=sys.stderr)
+    for name, links in ((args.gold, gold), (args.hyp, hyp)):
+        total = sum(map(len, links.possible if links is gold else links.links)) + len(links.dropped)
+        if total and len(links.dropped) > args.max_dropped * total:
+            raise ValueError(f"{len(links.dropped)} of the {total} links of {name} ({len(links.dropped) / total:.1%}) "
+                             f"lie outside the sentences and were dropped, more than max_dropped={args.max_dropped:g}: "
+                             f"an AER of the rest would mislead; look for {CHECK} (max_dropped=1 scores anyway)")
     return lengths, gold, hyp
 
 
@@ -224,6 +240,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("give either bitext= or src= and tgt=")
     if bool(args.src) != bool(args.tgt):
         parser.error("src= and tgt= go together")
+    if not 0 <= args.max_dropped <= 1:
+        parser.error(f"max_dropped={args.max_dropped:g}: a share between 0 and 1")
 
     try:
         lengths, gold, hyp = _read_files(args)

@@ -408,14 +408,18 @@ def test_a_gold_file_read_with_the_wrong_origin_is_named(tmp_path):
 
 
 def test_many_dropped_links_are_counted_with_what_to_check(corpora, capsys):
-    """src= and tgt= swapped: three dropped links are shown, then one line with the count and the likely causes."""
+    """src= and tgt= swapped: three dropped links are shown, then one line with the count and the likely causes,
+    and no AER is printed (exit status 1) unless max_dropped allows that many."""
     folder = corpora / "align_enfr_hansards"
     gold, src, tgt = folder / "enfr.gold.gz", folder / "test.e.gz", folder / "test.f.gz"
-    assert main([f"gold={gold}", "one_based=true", f"hyp={gold}", "hyp_one_based=true", f"src={tgt}",
-                 f"tgt={src}"]) == 0
-    lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == 4 and all("out of range" in line for line in lines)
-    assert "more link(s) out of range were dropped" in lines[-1] and "src= and tgt= swapped" in lines[-1]
+    swapped = [f"gold={gold}", "one_based=true", f"hyp={gold}", "hyp_one_based=true", f"src={tgt}", f"tgt={src}"]
+    assert main(swapped) == 1
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert not out and len(lines) == 5 and all("out of range" in line for line in lines[:4])
+    assert "more link(s) out of range were dropped" in lines[3] and "src= and tgt= swapped" in lines[3]
+    assert "of the 17438 links of" in lines[4] and "more than max_dropped=0.05" in lines[4]
+    assert main([*swapped, "max_dropped=1"]) == 0 and capsys.readouterr().out.startswith("AER")
     assert main([f"gold={gold}", "one_based=true", f"hyp={gold}", "hyp_one_based=true", f"src={src}",
                  f"tgt={tgt}"]) == 0
     assert "AER 0.0000" in capsys.readouterr().out  # the right order drops nothing
