@@ -51,8 +51,8 @@ def init_from(path, cfg, run_dir: Path, device, write: bool = True):
 
     Model, attention, decoder and tokenizer settings come from the checkpoint's config, whatever the command line
     says (a difference is named in a warning), except the regularizers in ``RUN_OWN`` (dropout, word dropout,
-    subword sampling); the data and training settings are this run's. A checkpoint
-    written with ``train.ema_decay`` starts from its moving average (the weights it was evaluated with).
+    subword sampling); the data and training settings are this run's. A checkpoint written with
+    ``train.ema_decay`` starts from its moving average (the weights it was evaluated with).
 
     Returns:
         ``(model, src_tok, tgt_tok, cfg, reverse_weights)``: ``cfg`` is the command line's config with the
