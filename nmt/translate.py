@@ -140,8 +140,9 @@ def run(cfg: DictConfig, stage: dict | None = None) -> None:
                     **(alignment_files(cfg.alignments, results) if cfg.alignments else {})})
     stage["written"] = True
     settings = decoding_settings(cfg.decode, beam_size)  # for the success line and the reference's scores
-    log.info("translated %d lines (%d empty) in %.1f s (%.1f sentences/s; %s loaded in %.1f s), beam size %d, %s%s: "
-             "%s", len(results), sum(not t.src_pieces for t in results), seconds, len(results) / max(seconds, 1e-9),
+    log.info("translated %d lines (%d empty input lines, %d empty translations) in %.1f s (%.1f sentences/s; %s "
+             "loaded in %.1f s), beam size %d, %s%s: %s", len(results), sum(not t.src_pieces for t in results),
+             sum(not t.text for t in results), seconds, len(results) / max(seconds, 1e-9),
              path, loading, beam_size, precision,
              f" with MBR ({settings['mbr']}, temperature {settings['mbr_temperature']})" if settings["mbr"] else "",
              "stdout" if cfg.output == "-" else cfg.output)

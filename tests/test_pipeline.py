@@ -241,7 +241,9 @@ def test_translate_file(run_dir, references, repo_root, final_checkpoint, tmp_pa
     assert len(outputs) == len(lines)
     blank = [i for i, line in enumerate(lines) if not line.strip()]
     # success is reported on stderr: line counts, speed, beam size and where the translations went
-    assert re.search(rf"translated {len(lines)} lines \({len(blank)} empty\) in [\d.]+ s \([\d.]+ sentences/s; "
+    empty_out = sum(not o for o in outputs)
+    assert re.search(rf"translated {len(lines)} lines \({len(blank)} empty input lines, {empty_out} empty "
+                     rf"translations\) in [\d.]+ s \([\d.]+ sentences/s; "
                      rf"{re.escape(final_checkpoint)} loaded in [\d.]+ s\)", proc.stderr.decode())
     assert f"beam size {BEAM}, fp32: {out}" in proc.stderr.decode()
     assert [outputs[i] for i in blank] == [""] * len(blank)

@@ -216,7 +216,7 @@ def interrupted(cfg, model, optimizer, scheduler, toks, run_dir: Path, progress:
                agreement.state() if agreement is not None else None)
     dist.barrier("waiting for the other ranks after saving last.pt")
     last = (run_dir / "checkpoints" / "last.pt").resolve()
-    keep = [o for o in overrides if not o.startswith(("hydra.run.dir=", "train.resume="))]
+    keep = resume_overrides(overrides)
     installed = command_name("train.py", "nmt-train") == "nmt-train"  # the same command as the one that ran
     launcher = (f"torchrun --nproc_per_node {dist.world_size} {'-m nmt.train' if installed else 'train.py'}"
                 if dist.active else "nmt-train" if installed else "python train.py")
@@ -224,6 +224,13 @@ def interrupted(cfg, model, optimizer, scheduler, toks, run_dir: Path, progress:
     log.warning("%s: stopped at step %d and saved %s. Resume with:\n  %s %s", name, progress.step, last,
                 launcher, command)
     return f"interrupted by {name}"
+
+
+def resume_overrides(overrides) -> list[str]:
+    """The command-line ``overrides`` that the printed resume command repeats: all but the run folder and
+    ``train.resume`` (it names them anew) and ``train.init`` (the resumed run continues from last.pt, whose config
+    keeps where it started; with both set the command would be refused)."""
+    return [o for o in overrides if not o.lstrip("+").startswith(("hydra.run.dir=", "train.resume=", "train.init="))]
 
 
 def stop_reason(t, progress: Progress, elapsed: float) -> str | None:

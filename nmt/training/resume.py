@@ -107,6 +107,8 @@ def resume_from(path, cfg, run_dir: Path, device, overrides=()):
                     _yaml(before), _yaml(now), "the raw weights" if now is None else "a moving average",
                     "the raw weights" if before is None else "the average")
     keep_agreement(ckpt_cfg, cfg, overrides)  # train.agreement: a run of both directions stays one
+    if ckpt_cfg.train.get("init"):  # a fine-tuning run resumed: it still started from that model
+        cfg.train.init = ckpt_cfg.train.init
     warn_about_changes(path, ckpt_cfg, cfg)
     bring_along(path, run_dir, payload)
     spm_dir = run_dir / "spm"

@@ -9,6 +9,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from nmt.training.loop import resume_overrides
 from nmt.training.run import train
 
 TINY = ["data.train_limit=400", "data.eval_limit=5", "tokenizer.vocab_size=500", "model.emb_size=16",
@@ -78,6 +79,22 @@ def test_an_interrupted_fine_tuning_run_resumes_from_its_own_last_pt(compose_cfg
     assert [r["step"] for r in records(run)] == [3, 6]
 
 
+def test_the_printed_resume_command_leaves_train_init_out_and_the_resumed_run_keeps_it(compose_cfg, trained,
+                                                                                     tmp_path, caplog):
+    """After an interruption the printed command resumes with train.resume (train.init with it would be refused);
+    the resumed run still records the model it started from, without a warning about train.init."""
+    overrides = [f"train.init={trained}", "train.lr=0.0002", "hydra.run.dir=RUN", "train.resume=OLD"]
+    assert resume_overrides(overrides) == ["train.lr=0.0002"]
+    run = tmp_path / "tuned"
+    train(compose_cfg([*TINY, "train.max_steps=3", f"train.init={trained}"]), run)
+    caplog.set_level("WARNING", logger="nmt")
+    train(compose_cfg([*TINY, "train.max_steps=6", f"train.resume={run / 'checkpoints' / 'last.pt'}"]),
+          tmp_path / "moved")
+    saved = torch.load(tmp_path / "moved" / "checkpoints" / "last.pt", weights_only=True)
+    assert saved["progress"]["step"] == 6 and saved["config"]["train"]["init"] == str(trained)
+    assert "train.init" not in caplog.text
+
+
 def test_one_direction_checkpoint_with_agreement_warns_that_the_reverse_model_is_new(compose_cfg, tmp_path, caplog):
     one = tmp_path / "one"
     train(compose_cfg([*TINY, "train.max_steps=2"]), one)
@@ -88,7 +105,8 @@ def test_one_direction_checkpoint_with_agreement_warns_that_the_reverse_model_is
 
 @pytest.mark.parametrize("setting, error, message", [
     ("train.resume={run}", ValueError, "set one of them"),
-    ("data.src_lang=en", ValueError, "that model translates de -> en, this run's data is en -> de"),
+    ("data.src_lang=en", ValueError, ("that model translates de -> en, this run's data is en -> de; set "
+                                      "data.src_lang=de data.tgt_lang=en, or start from a model trained en -> de")),
 ])
 def test_refusals_name_what_to_do(compose_cfg, trained, tmp_path, setting, error, message):
     extra = ["data.tgt_lang=de"] if "src_lang" in setting else []
