@@ -70,7 +70,8 @@ def init_from(path, cfg, run_dir: Path, device, write: bool = True):
     if pair != (cfg.data.src_lang, cfg.data.tgt_lang):
         raise ValueError(f"train.init={path}: that model translates {pair[0]} -> {pair[1]}, this run's data is "
                          f"{cfg.data.src_lang} -> {cfg.data.tgt_lang}; set data.src_lang={pair[0]} "
-                         f"data.tgt_lang={pair[1]}, or start from a model trained {cfg.data.src_lang} -> {cfg.data.tgt_lang}")
+                         f"data.tgt_lang={pair[1]}, or start from a model trained "
+                         f"{cfg.data.src_lang} -> {cfg.data.tgt_lang}")
     merged, own = to_plain(adopt(cfg, ckpt_cfg, FROM_INIT)), to_plain(cfg)
     for section, name in (key.split(".") for key in RUN_OWN):
         merged[section][name] = own[section].get(name)

@@ -146,9 +146,9 @@ def start_or_resume(cfg, run_dir: Path, device, overrides=(), write: bool = True
     (a checkpoint, or a run folder with ``checkpoints/last.pt``) or from ``run_dir/checkpoints/last.pt`` when it
     exists (:func:`nmt.training.resume.resume_from`; ``payload`` holds the optimizer, progress and RNG state), else
     the weights and subword models of ``train.init`` to fine-tune (:func:`nmt.training.init.init_from`), else a
-    new model with SentencePiece models trained on the training split (``payload`` None in both). It resumes whatever run
-    the folder holds: train.py has refused, before writing anything, a folder where another command trains
-    (:mod:`nmt.training.lock`) and one whose run has other settings than the command's
+    new model with SentencePiece models trained on the training split (``payload`` None in both). It resumes
+    whatever run the folder holds: train.py has refused, before writing anything, a folder where another command
+    trains (:mod:`nmt.training.lock`) and one whose run has other settings than the command's
     (:func:`nmt.training.resume.check_run_folder`); code that calls :func:`train` itself takes those steps if it
     needs them.
 
