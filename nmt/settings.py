@@ -216,12 +216,16 @@ def check_added_keys(cfg: DictConfig, overrides: list[str], groups) -> None:
 def _closest(key: str, known: list[str]) -> list[str]:
     """Up to 3 settings of ``known`` close to the dotted ``key``: by the whole key, and by its last name alone
     (``decoder.layers`` -> ``model.decoder_layers``)."""
-    close = difflib.get_close_matches(key, known, n=3, cutoff=0.5)
+    close = difflib.get_close_matches(key, known, n=6, cutoff=0.5)  # ranked below, the best 3 kept
     names = difflib.get_close_matches(key.rsplit(".", 1)[-1], [k.rsplit(".", 1)[-1] for k in known], n=3, cutoff=0.6)
     found = {*(k for k in known if k.rsplit(".", 1)[-1] in names), *close}
-    def distance(k: str) -> tuple:  # the closest first: the whole key, then its name (decoder.layers ~ decoder_layers)
+    def distance(k: str) -> tuple:  # the closest first: the whole key and its last name together (the shared
+        # section prefix alone must not rank train.init beside train.max_minutes), then the name against the key
+        # (decoder.layers ~ decoder_layers)
+        whole = difflib.SequenceMatcher(None, key, k).ratio()
+        last = difflib.SequenceMatcher(None, key.rsplit(".", 1)[-1], k.rsplit(".", 1)[-1]).ratio()
         name = difflib.SequenceMatcher(None, key.replace(".", "_"), k.rsplit(".", 1)[-1]).ratio()
-        return -round(difflib.SequenceMatcher(None, key, k).ratio(), 6), -name, k
+        return -round((whole + last) / 2, 6), -name, k
 
     return sorted(found, key=distance)[:3]
 
