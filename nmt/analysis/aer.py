@@ -187,10 +187,10 @@ def _read_files(args: argparse.Namespace) -> tuple[list[tuple[int, int]] | None,
     dropped = [str(w.message) for w in caught if issubclass(w.category, AlignmentWarning)]
     for message in dropped_summary(dropped, CHECK):
         print(f"warning: {message}", file=sys.stderr)
-    for name, links in ((args.gold, gold), (args.hyp, hyp)):
-        total = sum(map(len, links.possible if links is gold else links.links)) + len(links.dropped)
-        if total and len(links.dropped) > args.max_dropped * total:
-            raise ValueError(f"{len(links.dropped)} of the {total} links of {name} ({len(links.dropped) / total:.1%}) "
+    for name, kept, dropped in ((args.gold, gold.possible, gold.dropped), (args.hyp, hyp.links, hyp.dropped)):
+        total = sum(map(len, kept)) + len(dropped)
+        if total and len(dropped) > args.max_dropped * total:
+            raise ValueError(f"{len(dropped)} of the {total} links of {name} ({len(dropped) / total:.1%}) "
                              f"lie outside the sentences and were dropped, more than max_dropped={args.max_dropped:g}: "
                              f"an AER of the rest would mislead; look for {CHECK} (max_dropped=1 scores anyway)")
     return lengths, gold, hyp

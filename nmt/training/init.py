@@ -14,10 +14,10 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from nmt.data.textio import atomic_write
 from nmt.models import checkpoint
 from nmt.models.build import build_model
-from nmt.settings import adopt, differences, from_plain, to_plain
+from nmt.settings import adopt, from_plain, to_plain
+from nmt.training.resume import save_subword_models, warn_taken_from_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -80,16 +80,9 @@ def init_from(path, cfg, run_dir: Path, device, write: bool = True):
         weights = model.state_dict()
         model = build_model(merged.model, merged.decoder, merged.attention, len(src_tok), len(tgt_tok)).to(device)
         model.load_state_dict(weights)
-    for key in FROM_INIT:
-        changed = differences(ckpt_cfg.get(key), cfg.get(key), key)
-        if changed := [c for c in changed if c[0] not in RUN_OWN]:
-            log.warning("fine-tuning %s: %s comes from the checkpoint, not from this run's settings: %s", path, key,
-                        "; ".join(f"{name}={before} (this run: {now})" for name, before, now in changed))
+    warn_taken_from_checkpoint("fine-tuning", path, ckpt_cfg, cfg, FROM_INIT, keep=RUN_OWN)
     if write:
-        spm_dir = Path(run_dir) / "spm"
-        spm_dir.mkdir(parents=True, exist_ok=True)
-        for name, tok in (("src", src_tok), ("tgt", tgt_tok)):
-            atomic_write(spm_dir / f"{name}.model", tok.model_proto)
+        save_subword_models(run_dir, src_tok, tgt_tok, replace=True)
     step = (payload.get("progress") or {}).get("step")
     log.info("fine-tuning %s%s: its weights, architecture and subword models; this run's data and training "
              "settings, with a new optimizer and learning-rate schedule from step 0", path,

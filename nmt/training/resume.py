@@ -111,24 +111,37 @@ def resume_from(path, cfg, run_dir: Path, device, overrides=()):
         cfg.train.init = ckpt_cfg.train.init
     warn_about_changes(path, ckpt_cfg, cfg)
     bring_along(path, run_dir, payload)
-    spm_dir = run_dir / "spm"
-    spm_dir.mkdir(parents=True, exist_ok=True)
-    for name, tok in (("src", src_tok), ("tgt", tgt_tok)):
-        if not (spm_dir / f"{name}.model").is_file():
-            atomic_write(spm_dir / f"{name}.model", tok.model_proto)
+    save_subword_models(run_dir, src_tok, tgt_tok)
     cfg = adopt(cfg, ckpt_cfg, FROM_CHECKPOINT)
     if ckpt_cfg.get("seed") is not None:
         cfg.seed = ckpt_cfg.seed  # batches of epoch e come from seed + e: the skip only holds for the same order
     return model.train(), src_tok, tgt_tok, payload, cfg
 
 
+def save_subword_models(run_dir: Path, src_tok, tgt_tok, replace: bool = False) -> None:
+    """Write the checkpoint's SentencePiece models to ``run_dir/spm/{src,tgt}.model`` (``replace``: also over
+    files already there, else those are kept)."""
+    spm_dir = Path(run_dir) / "spm"
+    spm_dir.mkdir(parents=True, exist_ok=True)
+    for name, tok in (("src", src_tok), ("tgt", tgt_tok)):
+        if replace or not (spm_dir / f"{name}.model").is_file():
+            atomic_write(spm_dir / f"{name}.model", tok.model_proto)
+
+
+def warn_taken_from_checkpoint(doing: str, path, ckpt_cfg, cfg, groups, keep=()) -> None:
+    """One warning per config group of ``groups`` whose command-line settings differ from the checkpoint's, which
+    the run uses instead (``doing``: "resuming", "fine-tuning"); the dotted names in ``keep`` are the run's own and
+    left out."""
+    for key in groups:
+        if changed := [c for c in differences(ckpt_cfg.get(key), cfg.get(key), key) if c[0] not in keep]:
+            log.warning("%s %s: %s comes from the checkpoint, not from this run's settings: %s", doing, path, key,
+                        "; ".join(f"{name}={before} (this run: {now})" for name, before, now in changed))
+
+
 def warn_about_changes(path, ckpt_cfg, cfg) -> None:
     """The warnings of a resume whose command line differs from the checkpoint's settings: what comes from the
     checkpoint anyway, a changed seed, batch size or schedule, the budget, and the other settings that apply."""
-    for key in FROM_CHECKPOINT:
-        if changed := differences(ckpt_cfg.get(key), cfg.get(key), key):
-            log.warning("resuming %s: %s comes from the checkpoint, not from this run's settings: %s", path, key,
-                        "; ".join(f"{name}={before} (this run: {now})" for name, before, now in changed))
+    warn_taken_from_checkpoint("resuming", path, ckpt_cfg, cfg, FROM_CHECKPOINT)
     if ckpt_cfg.get("seed") is not None and ckpt_cfg.seed != cfg.get("seed"):
         log.warning("resuming %s: seed=%s comes from the checkpoint (this run: %s), so the rest of the epoch is "
                     "batched in the order it began with", path, ckpt_cfg.seed, cfg.get("seed"))

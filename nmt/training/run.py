@@ -177,7 +177,7 @@ def start_or_resume(cfg, run_dir: Path, device, overrides=(), write: bool = True
         model, src_tok, tgt_tok, cfg, reverse = init_from(cfg.train.init, cfg, run_dir, device, write)
         if write:
             save_config(cfg, run_dir / ".hydra" / "config.yaml")
-        return cfg, corpus_splits(cfg), model.to(device), (src_tok, tgt_tok), None, reverse
+        return cfg, corpus_splits(cfg), model, (src_tok, tgt_tok), None, reverse
     with torch.random.fork_rng(devices=[]):  # a bad architecture setting (decoder.style=...) fails before any work;
         build_model(cfg.model, cfg.decoder, cfg.attention, 8, 8)  # the RNG is left as it was (same initialisation)
     splits = corpus_splits(cfg)
