@@ -74,6 +74,11 @@ def signals_interrupt():
             signal.signal(sig, old)
 
 
+def counted(number: int, noun: str) -> str:
+    """``"1 line"``, ``"2 lines"``: a count with its noun in the singular or plural (an ``s`` added)."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="translate")
 def main(cfg: DictConfig) -> None:
     """Load the checkpoint, translate every input line (one output line each), save what was asked.
@@ -140,9 +145,10 @@ def run(cfg: DictConfig, stage: dict | None = None) -> None:
                     **(alignment_files(cfg.alignments, results) if cfg.alignments else {})})
     stage["written"] = True
     settings = decoding_settings(cfg.decode, beam_size)  # for the success line and the reference's scores
-    log.info("translated %d lines (%d empty input lines, %d empty translations) in %.1f s (%.1f sentences/s; %s "
-             "loaded in %.1f s), beam size %d, %s%s: %s", len(results), sum(not t.src_pieces for t in results),
-             sum(not t.text for t in results), seconds, len(results) / max(seconds, 1e-9),
+    log.info("translated %s (%s, %s) in %.1f s (%.1f sentences/s; %s "
+             "loaded in %.1f s), beam size %d, %s%s: %s", counted(len(results), "line"),
+             counted(sum(not t.src_pieces for t in results), "empty input line"),
+             counted(sum(not t.text for t in results), "empty translation"), seconds, len(results) / max(seconds, 1e-9),
              path, loading, beam_size, precision,
              f" with MBR ({settings['mbr']}, temperature {settings['mbr_temperature']})" if settings["mbr"] else "",
              "stdout" if cfg.output == "-" else cfg.output)
