@@ -29,6 +29,7 @@ from nmt.decoding.search import log_probs
 from nmt.decoding.translation import EMPTY, Translation
 from nmt.decoding.word_alignment import hard_alignment, merge_to_words
 from nmt.models import checkpoint
+from nmt.models.precision import inference_context
 
 
 def force_align(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sources: list[str], targets: list[str],
@@ -67,7 +68,7 @@ def force_align(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sources: list[str
     src_ids = src_tok.encode_batch([sources[i] for i in todo])
     tgt_ids = tgt_tok.encode_batch([targets[i] for i in todo])
     order = sorted(range(len(todo)), key=lambda k: (len(src_ids[k]), len(tgt_ids[k])))
-    with torch.inference_mode():
+    with inference_context(device):
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
             batch = collate([src_ids[k] for k in chunk], [tgt_ids[k] for k in chunk], chunk).to(device)

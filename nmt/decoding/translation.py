@@ -17,6 +17,7 @@ from nmt.data.tokenizer import Tokenizer
 from nmt.decoding.mbr import SentenceBleu, expected_utility
 from nmt.decoding.options import check_decoding, mbr_settings
 from nmt.decoding.search import beam, greedy, max_lengths
+from nmt.models.precision import inference_context
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ def translate_nbest(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sentences: li
     mbr = mbr_settings(decode, beam_size)["mbr"]  # the one rule for when MBR applies (not to greedy search)
     utility = SentenceBleu() if mbr else None
     candidates = beam_size if mbr else n_best  # MBR chooses among all the beam's hypotheses
-    with torch.inference_mode():
+    with inference_context(device):
         gate_table = model.decoder.input_gate_table() if todo else None  # [V, 3H], shared by all batches
         for start in range(0, len(order), decode.batch_size):
             chunk = order[start : start + decode.batch_size]

@@ -77,3 +77,30 @@ def test_auto_precision_is_bf16_only_on_a_cpu_with_bf16_units(cpuinfo, fast, tmp
     assert check_precision("auto", torch.device("cpu")) == ("bf16" if fast else "fp32")
     assert check_precision("auto", torch.device("cuda")) == "fp32"  # launch-bound on a GPU: fp32 is faster
     assert check_precision("fp32", torch.device("cpu")) == "fp32" and check_precision("bf16", torch.device("cpu")) == "bf16"
+
+
+def test_bf16_search_casts_each_weight_once_not_at_every_step(compose_cfg):
+    """Translation under bf16 autocast casts the decoder's recurrent weights to bf16 once per search, as
+    training does: under ``torch.inference_mode`` autocast keeps no cast copy and casts them at every step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from nmt.decoding.search import greedy
+    from nmt.models.precision import inference_context
+
+    cfg = compose_cfg(["model.emb_size=16", "model.hidden_size=32", "model.dropout=0"])
+    torch.manual_seed(0)
+    model = build_model(cfg.model, cfg.decoder, cfg.attention, 40, 40).eval()
+    batch = collate(SRC, None, [0, 1])
+    hidden = cfg.model.hidden_size
+    weight_shape = [3 * hidden, hidden]  # the decoder GRU's W_hh, used once per step
+    casts = {}
+    for name, context in (("inference_mode", torch.inference_mode), ("ours", lambda: inference_context("cpu"))):
+        with (Precision("bf16", torch.device("cpu")).autocast(), context(),
+              profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof):
+            hyp = greedy(model, batch.src, batch.src_mask, max_len_a=0, max_len_b=12)
+        steps = max(len(h.ids) for h in hyp)
+        casts[name] = sum(e.count for e in prof.key_averages(group_by_input_shape=True)
+                          if e.key == "aten::_to_copy" and e.input_shapes and e.input_shapes[0] == weight_shape)
+    assert steps >= 3
+    assert casts["inference_mode"] >= steps  # what the context avoids: one cast per step
+    assert 1 <= casts["ours"] <= 2  # once per search (the decoder's and the encoder's bridge may share the shape)
