@@ -70,6 +70,6 @@ def inference_context(device: torch.device | str):
     """The no-gradient context of translation and forced alignment on ``device``: ``torch.inference_mode``, or
     ``torch.no_grad`` while autocast is on there. Autocast keeps the half-precision copy of each weight for the
     rest of its context only outside inference mode; under ``inference_mode`` it casts every weight again at
-    every call, which in search is every decoder step (a fifth of a bf16 greedy step on a CPU)."""
+    every call, which in search is every decoder step. Returns the context manager (not entered)."""
     device_type = torch.device(device).type
     return torch.no_grad() if torch.is_autocast_enabled(device_type) else torch.inference_mode()
