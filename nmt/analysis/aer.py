@@ -188,12 +188,23 @@ def _read_files(args: argparse.Namespace) -> tuple[list[tuple[int, int]] | None,
     for message in dropped_summary(dropped, CHECK):
         print(f"warning: {message}", file=sys.stderr)
     for name, kept, dropped in ((args.gold, gold.possible, gold.dropped), (args.hyp, hyp.links, hyp.dropped)):
-        total = sum(map(len, kept)) + len(dropped)
-        if total and len(dropped) > args.max_dropped * total:
-            raise ValueError(f"{len(dropped)} of the {total} links of {name} ({len(dropped) / total:.1%}) "
-                             f"lie outside the sentences and were dropped, more than max_dropped={args.max_dropped:g}: "
-                             f"an AER of the rest would mislead; look for {CHECK} (max_dropped=1 scores anyway)")
+        check_dropped(name, kept, dropped, args.max_dropped, CHECK)
     return lengths, gold, hyp
+
+
+def check_dropped(name: str, kept: Sequence[set[Link]], dropped: Sequence, max_dropped: float, check: str) -> None:
+    """Refuse to score an alignment file whose links lie outside their sentences too often: ``dropped`` (the
+    links dropped as out of range) against all of them (``kept``, per sentence, plus ``dropped``).
+
+    Raises:
+        ValueError: more than ``max_dropped`` (a share) dropped, naming the file, the counts and what to
+            ``check``.
+    """
+    total = sum(map(len, kept)) + len(dropped)
+    if total and len(dropped) > max_dropped * total:
+        raise ValueError(f"{len(dropped)} of the {total} links of {name} ({len(dropped) / total:.1%}) lie outside "
+                         f"the sentences and were dropped, more than max_dropped={max_dropped:g}: an AER of the "
+                         f"rest would mislead; look for {check} (max_dropped=1 scores anyway)")
 
 
 def position_warning(name: str, links: Sequence[set[Link]], null_links: int, one_based: bool,

@@ -15,7 +15,7 @@ Command line (key=value, like translate.py, but parsed here without Hydra)::
                         [reverse_checkpoint=PATH [method=grow-diag-final-and|intersection|union|...]
                          [direction_method=argmax_target]
                          | reverse_checkpoint=PATH combine=product|mean [method=argmax_target|...]]
-                        [head=mean|INDEX|best] [gold=FILE [gold_one_based=false]]
+                        [head=mean|INDEX|best] [gold=FILE [gold_one_based=false] [max_dropped=0.05]]
                         [batch_size=64] [device=auto]
 
 ``out`` gets one Pharaoh line ``i-j`` (source word, target word, 0-based) per input line (empty lines stay
@@ -35,7 +35,9 @@ head index, or ``best``: the head with the lowest AER on the first half of the g
 0-based unless ``gold_one_based=true``, one line per sentence pair), which is then scored on the other half too;
 both AERs and the chosen head are printed. ``matrices`` always holds the model's combined matrices, plus every
 head's in ``FILE.heads.npz`` for a multi-head model. With ``gold`` the AER of the written links on all gold lines is
-printed as well. ``head`` other than ``mean`` works on one model, without ``reverse_checkpoint``.
+printed as well; when more than ``max_dropped`` (default 0.05) of the gold links lie outside the sentences (a
+wrong ``gold_one_based=``, or ``src=`` and ``tgt=`` swapped), the command refuses instead of printing a misleading
+AER. ``head`` other than ``mean`` works on one model, without ``reverse_checkpoint``.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from nmt.analysis.aer import aer, dropped_summary, position_warning
+from nmt.analysis.aer import aer, check_dropped, dropped_summary, position_warning
 from nmt.analysis.align_args import REQUIRED, USAGE, UsageError, help_text, parse_args  # noqa: F401 (public here)
 from nmt.analysis.forced import combined_links, force_align, links, load_aligner, word_counts
 from nmt.analysis.gold import Alignments, AlignmentWarning, read_pharaoh
@@ -110,8 +112,9 @@ def _read_gold(opts: dict, sources: list[str], targets: list[str]) -> tuple[Alig
         warnings.simplefilter("always", AlignmentWarning)
         gold = read_pharaoh(opts["gold"], one_based=opts["gold_one_based"],
                             lengths=[(len(s.split()), len(t.split())) for s, t in zip(sources, targets)])
-    found = dropped_summary([str(w.message) for w in caught if issubclass(w.category, AlignmentWarning)],
-                            "a wrong origin (gold_one_based=) or src= and tgt= swapped")
+    check = "a wrong origin (gold_one_based=) or src= and tgt= swapped"
+    check_dropped(opts["gold"], gold.possible, gold.dropped, opts["max_dropped"], check)
+    found = dropped_summary([str(w.message) for w in caught if issubclass(w.category, AlignmentWarning)], check)
     origin = position_warning(f"gold={opts['gold']}", gold.possible, gold.null_links, opts["gold_one_based"],
                               "gold_one_based")
     return gold, found + ([origin] if origin else [])

@@ -22,7 +22,7 @@ USAGE = ("usage: python -m nmt.align checkpoint=PATH src=FILE tgt=FILE out=FILE.
          "[method=argmax_target|argmax_source|threshold|mutual_argmax] [threshold=0.3] [shift=0] [temperature=1.0] "
          "[lowercase=auto|true|false] [reverse_checkpoint=PATH method=grow-diag-final-and|intersection|union|"
          "grow-diag|grow-diag-final direction_method=argmax_target | reverse_checkpoint=PATH combine=product|mean] "
-         "[head=mean|INDEX|best] [gold=FILE.pharaoh [gold_one_based=false]] [batch_size=64] [device=auto] "
+         "[head=mean|INDEX|best] [gold=FILE.pharaoh [gold_one_based=false] [max_dropped=0.05]] [batch_size=64] [device=auto] "
          "[threads=N]")
 
 
@@ -32,7 +32,7 @@ REQUIRED = ("checkpoint", "src", "tgt", "out")
 DEFAULTS = {"matrices": None, "method": None, "threshold": "0.3", "shift": "0", "temperature": "1.0",
             "lowercase": "auto", "reverse_checkpoint": None, "combine": None,
             "direction_method": "argmax_target", "head": "mean", "gold": None, "gold_one_based": "false",
-            "batch_size": "64", "device": "auto", "threads": None}
+            "max_dropped": "0.05", "batch_size": "64", "device": "auto", "threads": None}
 
 
 KEYS = REQUIRED + tuple(DEFAULTS)
@@ -58,6 +58,7 @@ SETTINGS = {  # key -> what it is, for --help (the values are checked by parse_a
     "head": "mean|INDEX|best: which head of a multi-head model (best: the lowest AER on the first half of gold=)",
     "gold": "gold Pharaoh links: prints the AER of the written links (and chooses head=best)",
     "gold_one_based": "true|false: the gold positions count from 1",
+    "max_dropped": "the share of gold links out of range beyond which no AER is printed (default 0.05; 1: always)",
     "batch_size": "sentence pairs per batch",
     "device": "auto|cpu|cuda|cuda:N",
     "threads": "CPU threads (a whole number >= 1; null: all cores)",
@@ -93,17 +94,21 @@ def parse_args(argv: Sequence[str]) -> dict:
     try:
         opts["threshold"] = float(opts["threshold"])
         opts["temperature"] = float(opts["temperature"])
+        opts["max_dropped"] = float(opts["max_dropped"])
         opts["shift"] = int(opts["shift"])
         opts["batch_size"] = int(opts["batch_size"])
         opts["threads"] = None if opts["threads"] in (None, "null") else int(opts["threads"])
     except ValueError as err:
-        raise UsageError(f"threshold and temperature must be numbers, shift, batch_size and threads integers: "
+        raise UsageError(f"threshold, temperature and max_dropped must be numbers, shift, batch_size and threads "
+                         f"integers: "
                          f"{err}") from None
     if opts["threads"] is not None and opts["threads"] < 1:
         raise UsageError(f"threads={opts['threads']} must be a whole number of CPU threads >= 1 (or null: all cores)")
     if opts["shift"] < 0 or opts["batch_size"] < 1 or opts["temperature"] <= 0:
         raise UsageError(f"need shift >= 0, batch_size >= 1 and temperature > 0, got shift={opts['shift']}, "
                          f"batch_size={opts['batch_size']}, temperature={opts['temperature']}")
+    if not 0 <= opts["max_dropped"] <= 1:
+        raise UsageError(f"max_dropped={opts['max_dropped']:g}: a share between 0 and 1")
     if opts["lowercase"] not in ("auto", "true", "false"):
         raise UsageError(f"lowercase={opts['lowercase']}; valid: auto (as the checkpoint's training data), true, false")
     if opts["direction_method"] not in METHODS and not (opts["combine"] and opts["reverse_checkpoint"]):
@@ -133,7 +138,8 @@ def ignored_settings(given: dict[str, str], opts: dict) -> list[str]:
               "direction_method": (not symmetrizing, ("it extracts each direction's links before a hard "
                                                      "symmetrization (reverse_checkpoint= without combine=); with "
                                                      "combine= method= extracts them from the combined matrix")),
-              "gold_one_based": (not opts["gold"], "it reads gold=, which is not given")}
+              "gold_one_based": (not opts["gold"], "it reads gold=, which is not given"),
+              "max_dropped": (not opts["gold"], "it reads gold=, which is not given")}
     return [f"{key}={given[key]} is ignored: {why}" for key, (ignored, why) in unused.items()
             if key in given and ignored]
 

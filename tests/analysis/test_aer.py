@@ -395,7 +395,7 @@ def test_a_gold_file_read_with_the_wrong_origin_is_named(tmp_path):
 
     folder = Path(os.environ["NMT_DATA_DIR"]) / "align_deen_bicici100"
     sources, targets = read_lines(folder / "test.de.gz"), read_lines(folder / "test.en.gz")
-    opts = {"gold": str(folder / "de-en.wa.gz"), "gold_one_based": True}
+    opts = {"gold": str(folder / "de-en.wa.gz"), "gold_one_based": True, "max_dropped": 0.05}
     gold, found = _read_gold(opts, sources, targets)
     assert gold.null_links == 110
     assert found[-1] == (f"gold={opts['gold']}: 110 link(s) use position 0, which a 1-based file reserves for NULL, "
@@ -423,3 +423,22 @@ def test_many_dropped_links_are_counted_with_what_to_check(corpora, capsys):
     assert main([f"gold={gold}", "one_based=true", f"hyp={gold}", "hyp_one_based=true", f"src={src}",
                  f"tgt={tgt}"]) == 0
     assert "AER 0.0000" in capsys.readouterr().out  # the right order drops nothing
+
+
+def test_align_refuses_an_aer_when_many_gold_links_are_out_of_range(corpora):
+    """nmt.align's gold= as nmt.aer: with src= and tgt= swapped 15% of the Hansards gold links fall outside the
+    sentences, and no AER is computed unless max_dropped allows that many."""
+    from nmt.analysis.align import _read_gold
+    from nmt.data.textio import read_lines
+
+    folder = corpora / "align_enfr_hansards"
+    english, french = read_lines(folder / "test.e.gz"), read_lines(folder / "test.f.gz")
+    opts = {"gold": str(folder / "enfr.gold.gz"), "gold_one_based": True, "max_dropped": 0.05}
+    with pytest.raises(ValueError, match=r"2629 of the 17438 links of .*enfr\.gold\.gz \(15\.1%\) lie outside the "
+                                         r"sentences.*more than max_dropped=0\.05.*gold_one_based=.*src= and tgt= "
+                                         r"swapped"):
+        _read_gold(opts, french, english)
+    gold, found = _read_gold({**opts, "max_dropped": 1.0}, french, english)
+    assert len(gold.dropped) == 2629 and "so many usually mean" in found[3]
+    gold, found = _read_gold(opts, english, french)  # the right order
+    assert not gold.dropped and not found
