@@ -128,8 +128,8 @@ def run(cfg: DictConfig, stage: dict | None = None) -> None:
     sentences = read_lines(cfg.input, key="input")
     references = read_lines(cfg.reference, key="reference") if cfg.reference else None
     if references is not None and len(references) != len(sentences):  # found before any translating
-        raise ValueError(f"{cfg.reference} has {len(references)} lines but {cfg.input} has {len(sentences)}: "
-                         "reference= needs one reference line per input line")
+        raise ValueError(f"{cfg.reference} has {counted(len(references), 'line')} but {cfg.input} has "
+                         f"{len(sentences)}: reference= needs one reference line per input line")
     loading = time.perf_counter()
     model, model_cfg, src_tok, tgt_tok, path = load_models(cfg, device)
     loading = time.perf_counter() - loading
@@ -145,7 +145,7 @@ def run(cfg: DictConfig, stage: dict | None = None) -> None:
                     **(alignment_files(cfg.alignments, results) if cfg.alignments else {})})
     stage["written"] = True
     settings = decoding_settings(cfg.decode, beam_size)  # for the success line and the reference's scores
-    log.info("translated %s (%s, %s) in %.1f s (%.1f sentences/s; %s "
+    log.info("translated %s (%s; %s in all) in %.1f s (%.1f sentences/s; %s "
              "loaded in %.1f s), beam size %d, %s%s: %s", counted(len(results), "line"),
              counted(sum(not t.src_pieces for t in results), "empty input line"),
              counted(sum(not t.text for t in results), "empty translation"), seconds, len(results) / max(seconds, 1e-9),

@@ -318,7 +318,7 @@ def test_translate_checks_the_reference_line_count_before_translating(repo_root,
     proc = run_script([str(repo_root / "translate.py"), "checkpoint=nope.pt", "input=in.de", "output=out.en",
                        "reference=ref.en"], tmp_path)
     assert proc.returncode == 1
-    assert proc.stderr.decode().strip() == (f"translate.py: error: {tmp_path}/ref.en has 1 lines but {tmp_path}/in.de "
+    assert proc.stderr.decode().strip() == (f"translate.py: error: {tmp_path}/ref.en has 1 line but {tmp_path}/in.de "
                                             "has 2: reference= needs one reference line per input line")
     assert not (tmp_path / "out.en").exists()
 
