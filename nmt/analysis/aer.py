@@ -187,19 +187,27 @@ def _read_files(args: argparse.Namespace) -> tuple[list[tuple[int, int]] | None,
     dropped = [str(w.message) for w in caught if issubclass(w.category, AlignmentWarning)]
     for message in dropped_summary(dropped, CHECK):
         print(f"warning: {message}", file=sys.stderr)
-    for name, kept, dropped in ((args.gold, gold.possible, gold.dropped), (args.hyp, hyp.links, hyp.dropped)):
-        check_dropped(name, kept, dropped, args.max_dropped, CHECK)
+    for name, kept, dropped, origin in ((args.gold, gold.possible, gold.dropped, ("one_based", args.one_based)),
+                                        (args.hyp, hyp.links, hyp.dropped, ("hyp_one_based", args.hyp_one_based))):
+        check_dropped(name, kept, dropped, args.max_dropped, CHECK, origin)
     return lengths, gold, hyp
 
 
-def check_dropped(name: str, kept: Sequence[set[Link]], dropped: Sequence, max_dropped: float, check: str) -> None:
+def check_dropped(name: str, kept: Sequence[set[Link]], dropped: Sequence, max_dropped: float, check: str,
+                  origin: tuple[str, bool] | None = None) -> None:
     """Refuse to score an alignment file whose links lie outside their sentences too often: ``dropped`` (the
-    links dropped as out of range) against all of them (``kept``, per sentence, plus ``dropped``).
+    links dropped as out of range) against all of them (``kept``, per sentence, plus ``dropped``), or (given
+    ``origin``, the setting and whether it read the file as 1-based) a file read as 0-based that never uses
+    position 0 and has links past its sentences' ends: a 1-based file, whatever the share dropped.
 
     Raises:
         ValueError: more than ``max_dropped`` (a share) dropped, naming the file, the counts and what to
-            ``check``.
+            ``check``; or, below ``max_dropped=1``, a 1-based file read as 0-based, naming the setting to give.
     """
+    if origin and not origin[1] and dropped and max_dropped < 1 and _zero_never_used(kept):
+        raise ValueError(f"{name}: no link uses position 0 and {len(dropped)} link(s) lie past the end of their "
+                         f"sentences: the file looks 1-based; give {origin[0]}=true (max_dropped=1 scores it as "
+                         "0-based anyway)")
     total = sum(map(len, kept)) + len(dropped)
     if total and len(dropped) > max_dropped * total:
         raise ValueError(f"{len(dropped)} of the {total} links of {name} ({len(dropped) / total:.1%}) lie outside "

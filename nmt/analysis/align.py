@@ -113,7 +113,8 @@ def _read_gold(opts: dict, sources: list[str], targets: list[str]) -> tuple[Alig
         gold = read_pharaoh(opts["gold"], one_based=opts["gold_one_based"],
                             lengths=[(len(s.split()), len(t.split())) for s, t in zip(sources, targets)])
     check = "a wrong origin (gold_one_based=) or src= and tgt= swapped"
-    check_dropped(opts["gold"], gold.possible, gold.dropped, opts["max_dropped"], check)
+    check_dropped(opts["gold"], gold.possible, gold.dropped, opts["max_dropped"], check,
+                  ("gold_one_based", opts["gold_one_based"]))
     found = dropped_summary([str(w.message) for w in caught if issubclass(w.category, AlignmentWarning)], check)
     origin = position_warning(f"gold={opts['gold']}", gold.possible, gold.null_links, opts["gold_one_based"],
                               "gold_one_based")

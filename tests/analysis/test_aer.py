@@ -442,3 +442,22 @@ def test_align_refuses_an_aer_when_many_gold_links_are_out_of_range(corpora):
     assert len(gold.dropped) == 2629 and "so many usually mean" in found[3]
     gold, found = _read_gold(opts, english, french)  # the right order
     assert not gold.dropped and not found
+
+
+def test_a_one_based_file_read_as_zero_based_is_refused(corpora, capsys):
+    """The Hansards gold is 1-based: read as 0-based only 2.6% of its links fall outside the sentences (under
+    max_dropped), but none uses position 0, so nmt.aer and nmt.align's gold= refuse and name the setting."""
+    from nmt.analysis.align import _read_gold
+    from nmt.data.textio import read_lines
+
+    folder = corpora / "align_enfr_hansards"
+    gold, src, tgt = folder / "enfr.gold.gz", folder / "test.e.gz", folder / "test.f.gz"
+    files = [f"gold={gold}", f"hyp={gold}", "hyp_one_based=true", f"src={src}", f"tgt={tgt}"]
+    assert main(files) == 1
+    assert ("no link uses position 0 and 461 link(s) lie past the end of their sentences: the file looks 1-based; "
+            "give one_based=true") in capsys.readouterr().err
+    assert main([*files, "max_dropped=1"]) == 0 and capsys.readouterr().out.startswith("AER")
+    assert main([*files, "one_based=true"]) == 0 and "AER 0.0000" in capsys.readouterr().out
+    opts = {"gold": str(gold), "gold_one_based": False, "max_dropped": 0.05}
+    with pytest.raises(ValueError, match="looks 1-based; give gold_one_based=true"):
+        _read_gold(opts, read_lines(src), read_lines(tgt))
