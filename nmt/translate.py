@@ -145,8 +145,8 @@ def run(cfg: DictConfig, stage: dict | None = None) -> None:
                     **(alignment_files(cfg.alignments, results) if cfg.alignments else {})})
     stage["written"] = True
     settings = decoding_settings(cfg.decode, beam_size)  # for the success line and the reference's scores
-    log.info("translated %s (%s; %s in all) in %.1f s (%.1f sentences/s; %s "
-             "loaded in %.1f s), beam size %d, %s%s: %s", counted(len(results), "line"),
+    log.info("translated %s (%s; %s in all) in %.1f s (%.1f sentences/s; %s loaded in %.1f s), beam size %d, "
+             "%s%s: %s", counted(len(results), "line"),
              counted(sum(not t.src_pieces for t in results), "empty input line"),
              counted(sum(not t.text for t in results), "empty translation"), seconds, len(results) / max(seconds, 1e-9),
              path, loading, beam_size, precision,

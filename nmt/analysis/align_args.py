@@ -100,8 +100,7 @@ def parse_args(argv: Sequence[str]) -> dict:
         opts["threads"] = None if opts["threads"] in (None, "null") else int(opts["threads"])
     except ValueError as err:
         raise UsageError(f"threshold, temperature and max_dropped must be numbers, shift, batch_size and threads "
-                         f"integers: "
-                         f"{err}") from None
+                         f"integers: {err}") from None
     if opts["threads"] is not None and opts["threads"] < 1:
         raise UsageError(f"threads={opts['threads']} must be a whole number of CPU threads >= 1 (or null: all cores)")
     if opts["shift"] < 0 or opts["batch_size"] < 1 or opts["temperature"] <= 0:

@@ -37,8 +37,8 @@ def force_align(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sources: list[str
     """Teacher-force each target sentence under ``model`` and return its soft alignment, in input order.
 
     Sentences are batched (``batch_size`` per batch) after sorting by source length; the model runs in eval
-    mode under ``torch.inference_mode``. Sources are not cut (unlike ``translate``'s ``max_src_len``), so the
-    columns always cover every source word.
+    mode without gradients (:func:`nmt.models.precision.inference_context`). Sources are not cut (unlike
+    ``translate``'s ``max_src_len``), so the columns always cover every source word.
 
     Args:
         model: a :class:`nmt.models.decoder.Seq2Seq` (already on ``device``).
