@@ -47,7 +47,8 @@ def command_name(script: str, installed: str) -> str:
 
 
 TRAIN_PATHS = ("data.dir", "data.file", "data.train_src", "data.train_tgt", "data.valid_src", "data.valid_tgt",
-               "data.test_src", "data.test_tgt", "data.extra_train", "train.resume", "train.init", "eval.gold.links",
+               "data.test_src", "data.test_tgt", "data.extra_train", "train.resume", "train.init",
+               "train.guided_alignment.links", "eval.gold.links",
                "eval.gold.bitext", "eval.gold.paths")
 
 

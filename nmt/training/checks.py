@@ -10,6 +10,7 @@ import math
 from nmt.decoding.options import check_decoding
 from nmt.training.ema import DECAY_MEANING
 from nmt.training.gold import load_gold
+from nmt.training.guided import check_guided
 from nmt.training.reverse import check_agreement
 from nmt.training.schedule import check_schedule
 from nmt.training.tensorboard import check_available
@@ -104,7 +105,8 @@ def check_settings(cfg) -> None:
     learning-rate schedule (:func:`nmt.training.schedule.check_schedule`), the decoding settings
     (:func:`nmt.decoding.options.check_decoding`), with ``train.tensorboard=true`` the tensorboard package, and with
     ``eval.gold`` the gold alignment set, read once (:func:`nmt.training.gold.load_gold`: its files and languages),
-    and ``train.agreement`` (:func:`nmt.training.reverse.check_agreement`).
+    ``train.agreement`` (:func:`nmt.training.reverse.check_agreement`) and ``train.guided_alignment``
+    (:func:`nmt.training.guided.check_guided`).
 
     Raises:
         ValueError: naming the first setting that is refused (also ``train.init`` with ``train.resume``).
@@ -116,6 +118,7 @@ def check_settings(cfg) -> None:
     check_available(bool(cfg.train.get("tensorboard")))
     load_gold(cfg, quiet=True)  # the run loads it again, with its warnings
     check_agreement(cfg)
+    check_guided(cfg)
     if cfg.train.get("init") and cfg.train.get("resume"):
         raise ValueError(f"train.init={cfg.train.init} and train.resume={cfg.train.resume}: train.resume continues a "
                          "run (its data, optimizer and schedule), train.init starts a new one from a model's weights "

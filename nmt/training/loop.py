@@ -38,7 +38,8 @@ DIVERGENCE_WINDOW = 20  # updates whose mean training loss decides a divergence 
 
 def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid: Parallel, toks, run_dir, device,
                progress: Progress, overrides=(), ema: ExponentialMovingAverage | None = None,
-               dist: Distributed | None = None, forward=None, precision: Precision = FP32, agreement=None) -> str:
+               dist: Distributed | None = None, forward=None, precision: Precision = FP32, agreement=None,
+               objective=None) -> str:
     """Update until max_steps / max_epochs / max_minutes / early stopping / a signal; validate every
     ``valid_every`` steps and at the stop. Batches of epoch e come from seed ``cfg.seed + e``, so a resumed
     run skips the batches already seen and continues with the same order. ``epoch_pairs(epoch)`` gives the
@@ -46,6 +47,8 @@ def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid
     checkpoints use it. ``forward`` is the module the updates run through (the DDP wrapper of ``model`` under
     several ranks; with ``agreement``, :class:`nmt.training.reverse.Agreement` of ``train.agreement``, the joint
     module of both directions, and the reverse model's figures and weights join validation and checkpoints).
+    ``objective``: the loss of a batch (:func:`nmt.training.step.batch_loss` by default; the guided alignment's
+    :class:`nmt.training.guided.GuidedObjective`).
     Before it starts, what an earlier attempt in ``run_dir`` wrote after ``progress.step`` without
     reaching its next ``last.pt`` is removed (:func:`nmt.training.validation.forget_unsaved`). Returns why it
     stopped.
@@ -56,7 +59,7 @@ def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid
             naming it; the checkpoint that was there is intact and the same command resumes from it.
     """
     run = _Run(cfg, model, optimizer, scheduler, valid_pairs, valid, toks, run_dir, device, progress, ema,
-               dist or Distributed(), forward or model, precision, agreement)
+               dist or Distributed(), forward or model, precision, agreement, objective)
     t = cfg.train
     if run.dist.is_main:  # what an attempt killed after its last checkpoint wrote about later steps
         forget_unsaved(run_dir, progress)
@@ -85,12 +88,12 @@ class _Run:
     ranks after every update."""
 
     def __init__(self, cfg, model, optimizer, scheduler, valid_pairs, valid, toks, run_dir, device, progress,
-                 ema, dist: Distributed, forward, precision: Precision, agreement=None):
+                 ema, dist: Distributed, forward, precision: Precision, agreement=None, objective=None):
         self.cfg, self.t, self.model, self.optimizer, self.scheduler = cfg, cfg.train, model, optimizer, scheduler
         self.valid_pairs, self.valid, self.toks, self.run_dir, self.device = valid_pairs, valid, toks, run_dir, device
         self.progress, self.ema, self.dist, self.forward, self.precision = progress, ema, dist, forward, precision
         self.agreement = agreement  # train.agreement: the reverse model's side (forward is then the joint module)
-        self.objective = agreement.objective if agreement is not None else batch_loss
+        self.objective = objective or (agreement.objective if agreement is not None else batch_loss)
         self.start = time.monotonic() - progress.train_seconds
         self.meter = Meter(self.t, progress, enabled=dist.is_main)
         self.board = Board(run_dir, bool(self.t.get("tensorboard")) and dist.is_main)  # train.tensorboard

@@ -4,7 +4,8 @@ the checkpoint it resumes), the loop (:mod:`nmt.training.loop`), then the final 
 
 The run directory follows design.md §2: ``spm/``, ``checkpoints/{best,last}.pt``, ``metrics.jsonl``,
 ``eval/{split}.*`` (the configured decoder, beam search by default), ``eval/greedy/{split}.*`` and ``plots/``; with
-``train.agreement`` also ``reverse/checkpoints/best.pt`` (:mod:`nmt.training.reverse`).
+``train.agreement`` also ``reverse/checkpoints/best.pt`` (:mod:`nmt.training.reverse`), with
+``train.guided_alignment`` the training text and its word links in ``guided/`` (:mod:`nmt.training.guided_links`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from nmt.settings import save_config
 from nmt.training.checks import check_settings
 from nmt.training.distributed import Distributed
 from nmt.training.final import final_evaluation
+from nmt.training.guided_links import guided_objective, prepare_links
 from nmt.training.init import init_from
 from nmt.training.loop import train_loop
 from nmt.training.resume import resume_from
@@ -67,15 +69,13 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = (), dist: Dis
     torch.manual_seed(cfg.seed)
     set_threads(cfg.get("threads"))
     device = device or pick_device(cfg.device)
-    setting = cfg.train.get("precision") or "fp32"
-    precision = check_precision(setting, device)
-    if setting != precision and dist.is_main:
-        log.info("train.precision=%s: training in %s on %s", setting, precision, device)
+    precision = training_precision(cfg.train, device, dist)
     if not dist.is_main:  # rank 0 trains the subwords or copies the checkpoint's files first
         dist.barrier("waiting for rank 0 to prepare the run folder")
     cfg, splits, model, toks, payload, init_reverse = start_or_resume(cfg, run_dir, device, overrides,
                                                                       write=dist.is_main)
-    if dist.is_main:
+    if dist.is_main:  # with train.guided_alignment: the training text and its word links, in RUN/guided/
+        prepare_links(cfg.train, splits["train"], run_dir)
         dist.barrier("waiting for the other ranks to start")
     if dist.rank:  # the same initial weights (DDP copies rank 0's anyway), other dropout masks on each rank
         torch.manual_seed(cfg.seed + 1_000_003 * dist.rank)
@@ -89,7 +89,8 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = (), dist: Dis
         restore(payload, optimizer, scheduler, cfg.train, dist)
     forward = data_parallel(trained, dist, device)
     stop = train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, splits["valid"], toks, run_dir,
-                      device, progress, overrides, ema, dist, forward, Precision(precision, device), agreement)
+                      device, progress, overrides, ema, dist, forward, Precision(precision, device), agreement,
+                      guided_objective(cfg.train, run_dir, toks))
     results = {"valid_bleu": progress.best_bleu, "steps": progress.step,
                "train_minutes": progress.train_seconds / 60, "run_dir": str(run_dir), "stopped": stop}
     if stop.startswith("interrupted"):
@@ -99,6 +100,16 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = (), dist: Dis
     results.update(final_evaluation(cfg, splits, run_dir, device, progress.best_bleu))
     log_done(cfg, results, run_dir, agreement)
     return results
+
+
+def training_precision(t, device, dist: Distributed) -> str:
+    """``train.precision`` (``t`` is ``cfg.train``) resolved for ``device``: ``fp32``, ``bf16`` or ``fp16``
+    (:func:`nmt.models.precision.check_precision`, whose ValueError it raises); what ``auto`` chose is logged."""
+    setting = t.get("precision") or "fp32"
+    precision = check_precision(setting, device)
+    if setting != precision and dist.is_main:
+        log.info("train.precision=%s: training in %s on %s", setting, precision, device)
+    return precision
 
 
 def log_done(cfg, results: dict, run_dir: Path, agreement=None) -> None:
