@@ -22,6 +22,7 @@ dropping of empty and too long pairs, repetitions (``data.extra_train`` ``repeat
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -34,8 +35,10 @@ from nmt.data.tokenizer import PAD_ID
 from nmt.decoding.word_alignment import words_from_pieces
 from nmt.training.loss import loss_fn
 
+log = logging.getLogger(__name__)
+
 KEYS = ("weight", "links", "one_based", "aligner")
-ALIGNERS = ("eflomal",)
+ALIGNERS = ("eflomal", "none")  # none: the run writes its training text and stops, to align it elsewhere
 TINY = 1e-9  # floor of an attention weight under log (local attention has exact zeros)
 
 
@@ -84,6 +87,10 @@ def check_guided(cfg) -> None:
     """
     settings = guided_settings(cfg.train)
     if settings is None:
+        node = cfg.train.get("guided_alignment")
+        if node is not None and hasattr(node, "get") and node.get("links"):
+            log.warning("train.guided_alignment.links=%s is set but train.guided_alignment.weight is null: no guided "
+                        "alignment (give the weight, e.g. train.guided_alignment.weight=0.05)", node.get("links"))
         return
     agreement = cfg.train.get("agreement")
     if agreement is not None and agreement.get("weight") is not None:
@@ -95,6 +102,14 @@ def check_guided(cfg) -> None:
     if settings["links"] and not Path(settings["links"]).is_file():
         raise FileNotFoundError(f"train.guided_alignment.links={settings['links']}: no such file (a Pharaoh file "
                                 "with one line per training pair; null: eflomal computes the links)")
+
+
+def keep_guided(ckpt_cfg, cfg, overrides=()) -> None:
+    """On a resume of a run trained with ``train.guided_alignment``: the setting stays the checkpoint's unless the
+    command line's ``overrides`` set it (a run resumed by its folder alone goes on with its guidance)."""
+    if guided_settings(ckpt_cfg.train) is not None and "guided_alignment" in cfg.train and \
+            not any(o.lstrip("+").startswith("train.guided_alignment") for o in overrides):
+        cfg.train.guided_alignment = ckpt_cfg.train.guided_alignment
 
 
 def piece_targets(src_pieces: Sequence[str], tgt_pieces: Sequence[str],

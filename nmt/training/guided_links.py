@@ -22,7 +22,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from nmt.analysis.aer import check_dropped, dropped_summary
+from nmt.analysis.aer import dropped_summary
 from nmt.analysis.gold import AlignmentWarning, read_pharaoh
 from nmt.analysis.symmetrize import symmetrize
 from nmt.data.corpus import DataError
@@ -66,9 +66,8 @@ def run_eflomal(src_path: Path, tgt_path: Path, out: Path) -> None:
     try:
         import eflomal  # optional: pip install eflomal
     except ImportError:
-        raise DataError(f"train.guided_alignment needs word links: pip install eflomal (then run again), or align "
-                        f"{src_path} with {tgt_path} (line i with line i) with another aligner and give "
-                        "train.guided_alignment.links=FILE (Pharaoh, source-target, 0-based)") from None
+        raise DataError(f"train.guided_alignment needs word links: pip install eflomal (then run again), or "
+                        f"{align_elsewhere(src_path, tgt_path)}") from None
     src, tgt = read_lines(src_path), read_lines(tgt_path)
     log.info("guided alignment: eflomal aligns the %d training pairs (both directions, grow-diag-final-and)", len(src))
     with tempfile.TemporaryDirectory() as tmp:
@@ -79,6 +78,12 @@ def run_eflomal(src_path: Path, tgt_path: Path, out: Path) -> None:
     if len(lines) != len(src):
         raise DataError(f"eflomal gave {len(lines)} lines of links for {len(src)} pairs ({src_path})")
     write_together({out: "".join(line + "\n" for line in lines)})
+
+
+def align_elsewhere(src_path: Path, tgt_path: Path) -> str:
+    """What to do with the training text when no aligner of ours makes the links."""
+    return (f"align {src_path} with {tgt_path} (line i with line i) with another aligner and give "
+            "train.guided_alignment.links=FILE (Pharaoh, source-target, 0-based)")
 
 
 def _links(line: str) -> list[tuple[int, int]]:
@@ -97,7 +102,8 @@ def prepare_links(t, train, run_dir: Path) -> Path | None:
     ``RUN/guided/train.links`` for the same number of pairs is there; returns the links file.
 
     Raises:
-        DataError: eflomal missing (:func:`run_eflomal`).
+        DataError: eflomal missing (:func:`run_eflomal`), or ``aligner=none`` without ``links`` (the text is
+            written, to be aligned elsewhere).
     """
     settings = guided_settings(t)
     if settings is None:
@@ -106,9 +112,32 @@ def prepare_links(t, train, run_dir: Path) -> Path | None:
     pairs = write_text(train, run_dir)
     if settings["links"]:
         return links_file(settings, run_dir)
+    if settings["aligner"] == "none":
+        raise DataError(f"train.guided_alignment.aligner=none: the training text is in {src_path} and {tgt_path}; "
+                        f"{align_elsewhere(src_path, tgt_path)}")
     if not (eflomal_links.is_file() and len(read_lines(eflomal_links)) == pairs):
         run_eflomal(src_path, tgt_path, eflomal_links)
     return eflomal_links
+
+
+def check_positions(read, links_path: Path, one_based: bool, text: tuple[Path, Path]) -> None:
+    """Refuse a links file (``read``: :class:`nmt.analysis.gold.Alignments`) that looks 1-based but was read as
+    0-based (no link at position 0 and some past the sentences' ends), or more than 5% of whose links lie outside
+    the sentences of the training ``text`` files.
+
+    Raises:
+        DataError: naming the file, the counts and what to check.
+    """
+    kept = [link for sentence in read.possible for link in sentence]
+    dropped, total = len(read.dropped), len(kept) + len(read.dropped)
+    if dropped and not one_based and len(kept) >= 20 and all(s > 0 and t > 0 for s, t in kept):
+        raise DataError(f"{links_path}: no link uses position 0 and {dropped} link(s) lie past the end of their "
+                        "sentences: the file looks 1-based; give train.guided_alignment.one_based=true")
+    if dropped > MAX_DROPPED * total:
+        raise DataError(f"{dropped} of the {total} links of {links_path} ({dropped / total:.1%}) lie outside the "
+                        f"sentences of {text[0]} and {text[1]} (line i of the links is pair i, source word first): "
+                        f"links of other sentences, or of another order? (up to {MAX_DROPPED:.0%} are dropped with "
+                        "a warning)")
 
 
 def guided_objective(t, run_dir: Path, toks) -> GuidedObjective | None:
@@ -138,15 +167,16 @@ def load_links(settings: dict, run_dir: Path, links_path: Path, toks) -> GuidedL
         with warnings.catch_warnings():  # each dropped link is one message: a summary is logged below
             warnings.simplefilter("ignore", AlignmentWarning)
             read = read_pharaoh(links_path, one_based=settings["one_based"], lengths=lengths)
-        check_dropped(str(links_path), read.possible, read.dropped, MAX_DROPPED,
-                      f"a file of other sentences than {src_path} and {tgt_path}",
-                      ("train.guided_alignment.one_based", settings["one_based"]))
     except ValueError as err:
         raise DataError(f"train.guided_alignment: {err} (the links must have one line per line of {src_path}, "
                         "source word first)") from None
+    check_positions(read, links_path, settings["one_based"], (src_path, tgt_path))
     for message in dropped_summary(read.dropped, "links of other sentences"):
         log.warning("%s", message)
     table = build_links(src, tgt, read.possible, toks)
+    if not table.covered:
+        raise DataError(f"{links_path}: no training pair has a link, so nothing would guide the attention "
+                        "(train.guided_alignment.weight=null trains without guidance)")
     log.info("guided alignment: links for %d of %d training pairs (%d distinct pairs, %d piece cells) from %s, "
              "weight %g", table.covered, len(src), len(table), table.links, links_path, settings["weight"])
     return table

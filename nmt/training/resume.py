@@ -14,6 +14,7 @@ from nmt.analysis.curves import read_curve
 from nmt.data.textio import atomic_write
 from nmt.models import checkpoint
 from nmt.settings import adopt, differences, to_plain
+from nmt.training.guided import keep_guided
 from nmt.training.reverse import REVERSE_DIR, keep_agreement
 from nmt.training.schedule import SCHEDULE_KEYS
 
@@ -107,6 +108,7 @@ def resume_from(path, cfg, run_dir: Path, device, overrides=()):
                     _yaml(before), _yaml(now), "the raw weights" if now is None else "a moving average",
                     "the raw weights" if before is None else "the average")
     keep_agreement(ckpt_cfg, cfg, overrides)  # train.agreement: a run of both directions stays one
+    keep_guided(ckpt_cfg, cfg, overrides)  # train.guided_alignment: a guided run stays guided
     if ckpt_cfg.train.get("init"):  # a fine-tuning run resumed: it still started from that model
         cfg.train.init = ckpt_cfg.train.init
     warn_about_changes(path, ckpt_cfg, cfg)

@@ -83,9 +83,10 @@ def test_the_guided_term_teaches_the_attention_a_known_alignment(compose_cfg):
     guided = GuidedObjective(table, 1.0)
     assert table.targets(batch)[1] == 12
     plain, steered = trained(compose_cfg, batch_loss), trained(compose_cfg, guided)
-    before = guided_loss(build_model(*_parts(compose_cfg), 30, 50)(batch.src, batch.src_mask, batch.tgt_in)[1],
-                         table.targets(batch)[0])
-    after = guided_loss(steered(batch.src, batch.src_mask, batch.tgt_in)[1], table.targets(batch)[0])
+    with torch.no_grad():
+        before = guided_loss(build_model(*_parts(compose_cfg), 30, 50)(batch.src, batch.src_mask, batch.tgt_in)[1],
+                             table.targets(batch)[0])
+        after = guided_loss(steered(batch.src, batch.src_mask, batch.tgt_in)[1], table.targets(batch)[0])
     assert float(after) < 0.1 * float(before)
     assert argmax_agreement(steered, batch, gold) >= 0.95
     assert argmax_agreement(plain, batch, gold) < argmax_agreement(steered, batch, gold) - 0.3
@@ -195,3 +196,39 @@ def test_links_of_other_sentences_or_read_with_the_wrong_origin_are_refused(comp
     results = train(compose_cfg([*TINY, "train.guided_alignment.weight=0.5", f"train.guided_alignment.links={one_based}",
                                  "train.guided_alignment.one_based=true"]), tmp_path / "c")
     assert results["steps"] == 5
+    shuffled = tmp_path / "shuffled.align"  # the diagonal of the pairs in reverse order: links of other sentences
+    shuffled.write_text("".join(reversed(one_based.read_text().splitlines(keepends=True))))
+    with pytest.raises(DataError, match=r"lie outside the sentences of .*train.src .*links of other sentences"):
+        train(compose_cfg([*TINY, "train.guided_alignment.weight=0.5", f"train.guided_alignment.links={shuffled}",
+                           "train.guided_alignment.one_based=true"]), tmp_path / "d")
+    empty = tmp_path / "empty.align"
+    empty.write_text("\n" * 300)
+    with pytest.raises(DataError, match=r"empty.align: no training pair has a link"):
+        train(compose_cfg([*TINY, "train.guided_alignment.weight=0.5", f"train.guided_alignment.links={empty}"]),
+              tmp_path / "e")
+
+
+def test_aligner_none_writes_the_text_and_stops_naming_it(compose_cfg, tmp_path):
+    run = tmp_path / "run"
+    with pytest.raises(DataError, match=r"aligner=none: the training text is in .*train.src and .*train.tgt; align"):
+        train(compose_cfg([*TINY, "train.guided_alignment.weight=0.5", "train.guided_alignment.aligner=none"]), run)
+    assert len((run / "guided" / "train.src").read_text().splitlines()) == 300
+
+
+def test_a_run_resumed_by_its_folder_stays_guided_and_links_alone_warn(compose_cfg, tmp_path, caplog):
+    links = tmp_path / "diagonal.align"
+    run = tmp_path / "run"
+    with pytest.raises(DataError):
+        train(compose_cfg([*TINY, "train.guided_alignment.weight=0.5", "train.guided_alignment.aligner=none"]), run)
+    src = (run / "guided" / "train.src").read_text().splitlines()
+    links.write_text("".join(" ".join(f"{i}-{i}" for i in range(min(3, len(line.split())))) + "\n" for line in src))
+    guided = ["train.guided_alignment.weight=0.5", f"train.guided_alignment.links={links}"]
+    train(compose_cfg([*TINY, *guided]), run)
+    caplog.set_level("INFO")
+    results = train(compose_cfg([*TINY, "train.max_steps=8"]), run, overrides=["train.max_steps=8"])
+    assert results["steps"] == 8
+    assert "guided alignment: links for 300 of 300 training pairs" in caplog.text
+    caplog.clear()
+    train(compose_cfg([*TINY, f"train.guided_alignment.links={links}"]), tmp_path / "plain")
+    assert "train.guided_alignment.weight is null: no guided alignment" in caplog.text
+    assert "guided alignment: links for" not in caplog.text
