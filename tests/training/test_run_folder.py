@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -157,6 +158,13 @@ def test_which_settings_a_run_folder_must_share(compose_cfg, tmp_path):
     with pytest.raises(RunMismatch, match=r"data\.src_lang=de in that run, en in this command"):
         check_run_folder(compose_cfg([*TINY, "data.src_lang=en", "data.tgt_lang=fr"]), run, ["experiment"])
     check_run_folder(compose_cfg([*TINY, "train.max_steps=9"]), run, [], sweep=True)  # extends the job's run
+    corpus = Path(compose_cfg(TINY).data.dir).resolve()  # the same folder spelt otherwise is the same setting
+    spelt = f"{corpus.parent}/../{corpus.parent.name}/{corpus.name}"
+    check_run_folder(compose_cfg([*TINY, f"data.dir={spelt}"]), run, ["data.dir"])
+    (tmp_path / "link").symlink_to(corpus)
+    check_run_folder(compose_cfg([*TINY, f"data.dir={tmp_path / 'link'}"]), run, ["data.dir"])
+    with pytest.raises(RunMismatch, match=r"data\.dir="):
+        check_run_folder(compose_cfg([*TINY, f"data.dir={tmp_path}"]), run, ["data.dir"])
     with pytest.raises(RunMismatch, match=r"job folder .*train\.lr=0\.001 in that run, 0\.01 in this command.*"
                                           r"hydra\.sweep\.dir="):
         check_run_folder(compose_cfg([*TINY, "train.lr=0.01"]), run, [], sweep=True)
