@@ -115,7 +115,7 @@ def aer(
     )
 
 
-def _zero_never_used(links: Sequence[set[Link]]) -> bool:
+def zero_never_used(links: Sequence[set[Link]]) -> bool:
     """True when a non-trivial corpus never uses index 0 on either side: likely a 1-based file read as
     0-based."""
     all_links = [link for sentence in links for link in sentence]
@@ -204,7 +204,7 @@ def check_dropped(name: str, kept: Sequence[set[Link]], dropped: Sequence, max_d
         ValueError: more than ``max_dropped`` (a share) dropped, naming the file, the counts and what to
             ``check``; or, below ``max_dropped=1``, a 1-based file read as 0-based, naming the setting to give.
     """
-    if origin and not origin[1] and dropped and max_dropped < 1 and _zero_never_used(kept):
+    if origin and not origin[1] and dropped and max_dropped < 1 and zero_never_used(kept):
         raise ValueError(f"{name}: no link uses position 0 and {len(dropped)} link(s) lie past the end of their "
                          f"sentences: the file looks 1-based; give {origin[0]}=true (max_dropped=1 scores it as "
                          "0-based anyway)")
@@ -223,7 +223,7 @@ def position_warning(name: str, links: Sequence[set[Link]], null_links: int, one
     (e.g. ``one_based``) is the option to name in the question."""
     def fix(value: str) -> str:
         return f" ({setting}={value})" if setting else ""
-    if not one_based and _zero_never_used(links):
+    if not one_based and zero_never_used(links):
         return f"{name}: no link uses position 0; is the file 1-based{fix('true')}?"
     if one_based and null_links:
         return (f"{name}: {null_links} link(s) use position 0, which a 1-based file reserves for NULL, and were "

@@ -196,7 +196,9 @@ def build_links(src_lines: Iterable[str], tgt_lines: Iterable[str], links: Itera
         src_ids = src_tok.encode_batch([s for s, _, _ in part])
         tgt_ids = tgt_tok.encode_batch([t for _, t, _ in part])
         for s, t, (_, _, pair_links) in zip(src_ids, tgt_ids, part):
-            if pair_links:
+            if (tuple(s), tuple(t)) in table.table:  # a repetition (data.extra_train repeat): held already
+                table.covered += 1
+            elif pair_links:
                 table.add(s, t, piece_targets(src_tok.pieces(s), tgt_tok.pieces(t), pair_links))
     return table
 

@@ -22,11 +22,12 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from nmt.analysis.aer import dropped_summary
+from nmt.analysis.aer import dropped_summary, zero_never_used
 from nmt.analysis.gold import AlignmentWarning, read_pharaoh
 from nmt.analysis.symmetrize import symmetrize
 from nmt.data.corpus import DataError
 from nmt.data.textio import read_lines, write_together
+from nmt.decoding.word_alignment import to_pharaoh
 from nmt.training.guided import GuidedLinks, GuidedObjective, build_links, guided_settings
 
 log = logging.getLogger(__name__)
@@ -45,10 +46,8 @@ def write_text(train, run_dir: Path) -> int:
     """Write the training text (``train``: a :class:`nmt.data.stream.TrainStream`) to ``RUN/guided/train.src`` and
     ``train.tgt`` unless both are there with the same lines; returns the number of pairs."""
     src_path, tgt_path, _ = text_files(run_dir)
-    src, tgt = [], []
-    for s, t in train.pairs():
-        src.append(s.replace("\n", " "))
-        tgt.append(t.replace("\n", " "))
+    pairs = list(train.pairs())
+    src, tgt = [s for s, _ in pairs], [t for _, t in pairs]
     if not (src_path.is_file() and tgt_path.is_file() and read_lines(src_path) == src
             and read_lines(tgt_path) == tgt):
         src_path.parent.mkdir(parents=True, exist_ok=True)
@@ -73,8 +72,8 @@ def run_eflomal(src_path: Path, tgt_path: Path, out: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         forward, reverse = Path(tmp) / "forward", Path(tmp) / "reverse"
         eflomal.Aligner().align(src, tgt, links_filename_fwd=str(forward), links_filename_rev=str(reverse))
-        pairs = zip(read_lines(forward), read_lines(reverse))
-        lines = [" ".join(f"{s}-{t}" for s, t in symmetrize(_links(f), _links(r))) for f, r in pairs]
+        pairs = zip(read_pharaoh(forward).possible, read_pharaoh(reverse).possible)
+        lines = [to_pharaoh(symmetrize(f, r)) for f, r in pairs]
     if len(lines) != len(src):
         raise DataError(f"eflomal gave {len(lines)} lines of links for {len(src)} pairs ({src_path})")
     write_together({out: "".join(line + "\n" for line in lines)})
@@ -84,11 +83,6 @@ def align_elsewhere(src_path: Path, tgt_path: Path) -> str:
     """What to do with the training text when no aligner of ours makes the links."""
     return (f"align {src_path} with {tgt_path} (line i with line i) with another aligner and give "
             "train.guided_alignment.links=FILE (Pharaoh, source-target, 0-based)")
-
-
-def _links(line: str) -> list[tuple[int, int]]:
-    """``"0-1 2-2"`` -> ``[(0, 1), (2, 2)]``."""
-    return [tuple(map(int, token.split("-"))) for token in line.split()]
 
 
 def links_file(settings: dict, run_dir: Path) -> Path:
@@ -128,9 +122,9 @@ def check_positions(read, links_path: Path, one_based: bool, text: tuple[Path, P
     Raises:
         DataError: naming the file, the counts and what to check.
     """
-    kept = [link for sentence in read.possible for link in sentence]
-    dropped, total = len(read.dropped), len(kept) + len(read.dropped)
-    if dropped and not one_based and len(kept) >= 20 and all(s > 0 and t > 0 for s, t in kept):
+    dropped = len(read.dropped)
+    total = sum(map(len, read.possible)) + dropped
+    if dropped and not one_based and zero_never_used(read.possible):
         raise DataError(f"{links_path}: no link uses position 0 and {dropped} link(s) lie past the end of their "
                         "sentences: the file looks 1-based; give train.guided_alignment.one_based=true")
     if dropped > MAX_DROPPED * total:
@@ -155,13 +149,12 @@ def load_links(settings: dict, run_dir: Path, links_path: Path, toks) -> GuidedL
 
     Raises:
         DataError: a links file with another number of lines than the training text, or with more than 5% of its
-            links outside their sentences (naming the file and what to check); FileNotFoundError;
+            links outside their sentences (naming the file and what to check); FileNotFoundError (a missing file
+            is refused earlier, by :func:`nmt.training.guided.check_guided`);
             nmt.analysis.gold.AlignmentFormatError: a token that is not a Pharaoh link (file and line named).
     """
     src_path, tgt_path, _ = text_files(run_dir)
     src, tgt = read_lines(src_path), read_lines(tgt_path)
-    if not Path(links_path).is_file():
-        raise FileNotFoundError(f"train.guided_alignment.links={links_path}: no such file")
     lengths = [(len(s.split()), len(t.split())) for s, t in zip(src, tgt)]
     try:
         with warnings.catch_warnings():  # each dropped link is one message: a summary is logged below
