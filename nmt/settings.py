@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import os
 import re
 import sys
 from pathlib import Path
@@ -99,7 +100,19 @@ def differences(before, now, prefix: str) -> list[tuple[str, object, object]]:
     if isinstance(before, dict) and isinstance(now, dict):
         return [d for key in sorted(set(before) | set(now), key=str)
                 for d in differences(before.get(key), now.get(key), f"{prefix}.{key}")]
-    return [] if before == now else [(prefix, before, now)]
+    return [] if same_setting(before, now) else [(prefix, before, now)]
+
+
+def same_setting(before, now) -> bool:
+    """Equal setting values, absolute paths compared as the files they name (``/a/../b/c`` and ``/b/c``, a link
+    and its target), inside lists and mappings too (``data.extra_train``)."""
+    if isinstance(before, str) and isinstance(now, str) and before.startswith("/") and now.startswith("/"):
+        return before == now or os.path.realpath(before) == os.path.realpath(now)
+    if isinstance(before, list) and isinstance(now, list):
+        return len(before) == len(now) and all(map(same_setting, before, now))
+    if isinstance(before, dict) and isinstance(now, dict):
+        return before.keys() == now.keys() and all(same_setting(before[key], now[key]) for key in before)
+    return before == now
 
 
 def save_hydra_record(folder: str | Path, cfg: DictConfig, hydra_cfg: DictConfig) -> None:

@@ -1,5 +1,5 @@
 """nmt.settings: `override` reads any path back through Hydra's grammar unchanged; `check_added_keys` refuses a
-+key that nothing reads."""
++key that nothing reads; `differences` compares paths as the files they name."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nmt.settings import check_added_keys, override
+from nmt.settings import check_added_keys, differences, override
 
 PARSER = OverridesParser.create()
 TEXT = st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=40).filter(
@@ -23,6 +23,20 @@ def parsed(text: str):
 @given(TEXT)
 def test_any_value_reads_back_unchanged(value):
     assert parsed(override("train.resume", value)) == value
+
+
+def test_a_path_spelt_otherwise_is_no_difference(tmp_path):
+    """A resume names the same corpus by another spelling (``..``, a symlink): no "changed setting" warning, but a
+    relative path is not resolved against a guess of its folder, and another folder is a difference."""
+    corpus = tmp_path / "corpora"
+    corpus.mkdir()
+    (tmp_path / "link").symlink_to(corpus)
+    before = {"dir": str(corpus), "extra_train": [{"paths": {"de": str(corpus / "a.de")}}]}
+    for spelt in (f"{tmp_path}/x/../corpora", str(tmp_path / "link")):
+        now = {"dir": spelt, "extra_train": [{"paths": {"de": f"{spelt}/a.de"}}]}
+        assert differences(before, now, "data") == []
+    assert differences({"dir": "corpora"}, {"dir": "./corpora"}, "data") == [("data.dir", "corpora", "./corpora")]
+    assert differences(before, {**before, "dir": str(tmp_path)}, "data") == [("data.dir", str(corpus), str(tmp_path))]
 
 
 def test_plain_paths_stay_bare_and_the_rest_is_quoted():

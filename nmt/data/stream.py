@@ -9,6 +9,7 @@ streamed from memory. Extra training data (``data.extra_train``) is read into me
 from __future__ import annotations
 
 import itertools
+import os
 import random
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -132,7 +133,10 @@ def corpus_settings(data_cfg) -> dict:
 
 
 def _plain(value):
-    """A config value as plain data (lists and dicts of scalars)."""
+    """A config value as plain data (lists and dicts of scalars), absolute paths resolved (``/a/../b`` and a
+    link name the file they lead to, so a file spelt otherwise keys the same token store)."""
+    if isinstance(value, str) and value.startswith("/"):
+        return os.path.realpath(value)
     if hasattr(value, "items"):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)) or (hasattr(value, "__iter__") and not isinstance(value, str)):

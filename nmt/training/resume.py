@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 
 from nmt.analysis.curves import read_curve
 from nmt.data.textio import atomic_write
 from nmt.models import checkpoint
-from nmt.settings import adopt, differences, to_plain
+from nmt.settings import adopt, differences, same_setting, to_plain
 from nmt.training.guided import keep_guided
 from nmt.training.reverse import REVERSE_DIR, keep_agreement
 from nmt.training.schedule import SCHEDULE_KEYS
@@ -253,19 +252,7 @@ def _mismatches(before, now, name: str) -> list[tuple[str, object, object]]:
         return []
     if isinstance(before, dict) and isinstance(now, dict):
         return [m for key in before if key in now for m in _mismatches(before[key], now[key], f"{name}.{key}")]
-    return [] if _same(before, now) else [(name, before, now)]
-
-
-def _same(before, now) -> bool:
-    """Equal values, absolute paths compared as the files they name (``/a/../b/c`` and ``/b/c``, a link and its
-    target), inside lists and mappings too (``data.extra_train``)."""
-    if isinstance(before, str) and isinstance(now, str) and before.startswith("/") and now.startswith("/"):
-        return before == now or os.path.realpath(before) == os.path.realpath(now)
-    if isinstance(before, list) and isinstance(now, list):
-        return len(before) == len(now) and all(map(_same, before, now))
-    if isinstance(before, dict) and isinstance(now, dict):
-        return before.keys() == now.keys() and all(_same(before[key], now[key]) for key in before)
-    return before == now
+    return [] if same_setting(before, now) else [(name, before, now)]
 
 
 def mismatch_message(run_dir: Path, found: list, sweep: bool) -> str:

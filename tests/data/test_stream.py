@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nmt.data.corpus import DataError, load_splits
-from nmt.data.stream import train_stream
+from nmt.data.stream import corpus_settings, train_stream
 
 
 @pytest.mark.parametrize("overrides", [
@@ -56,3 +56,15 @@ def test_files_with_other_line_counts_are_named(compose_cfg, tmp_path):
                        f"data.valid_src={tmp_path}/a.de", f"data.valid_tgt={tmp_path}/a.de"])
     with pytest.raises(DataError, match=r"a\.de has 3 lines but .*a\.en has 2"):
         train_stream(cfg.data).sample(None)
+
+
+def test_the_token_store_settings_name_files_not_spellings(compose_cfg, multi30k_dir, monkeypatch, tmp_path):
+    """The same extra training files named through ``..`` or a link give the same store settings (one store)."""
+    root = multi30k_dir.parent.resolve()
+    (tmp_path / "link").symlink_to(root)
+    found = []
+    for spelt in (str(root), f"{root}/multi30k/..", str(tmp_path / "link")):
+        monkeypatch.setenv("NMT_DATA_DIR", spelt)
+        found.append(corpus_settings(compose_cfg(["+experiment=align_en_fr"]).data))
+    assert found[0] == found[1] == found[2]
+    assert found[0]["extra_train"][0]["paths"]["en"] == str(root / "align_enfr_hansards" / "test.e.gz")
