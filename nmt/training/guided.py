@@ -14,7 +14,9 @@ with ``shift=0``), G the word links made into a distribution over source pieces 
   equally over its pieces; a target word without a link has no row (no term), and ``</s>`` never has one;
 - like the training loss, the term is summed over the batch and divided by the update's target tokens
   (:func:`nmt.training.step.train_step`), so λ weighs one target piece's cross-entropy with its links like one
-  target token's loss (OpenNMT-py and Garg et al. use λ = 0.05); the reported training loss stays the NLL alone.
+  target token's loss (OpenNMT-py and Garg et al. use λ = 0.05); the reported training loss stays the NLL alone,
+  and the term itself, per target token of the batches since the last validation and without λ, goes into
+  ``metrics.jsonl`` as ``guided_term`` (nats) and the validation's log line.
 
 Pairs are matched to their links by their piece ids, so the links follow a pair through the token store, the
 dropping of empty and too long pairs, repetitions (``data.extra_train`` ``repeat``) and shuffling.
@@ -212,6 +214,7 @@ def guided_loss(attention: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 class GuidedObjective:
     """The loss of one batch with guided alignment, for :func:`nmt.training.step.train_step`: calling it with
     ``(model, batch, label_smoothing)`` gives ``(NLL + λ · guided term, NLL)``, both summed over the batch.
+    :meth:`window` reports the term since its last call.
 
     Args:
         links: the guiding distributions (:class:`GuidedLinks`). weight: λ >= 0.
@@ -219,11 +222,23 @@ class GuidedObjective:
 
     def __init__(self, links: GuidedLinks, weight: float):
         self.links, self.weight = links, weight
+        self.term: torch.Tensor | float = 0.0  # summed guided term (nats) since the last window(), detached
+        self.tokens = 0  # target tokens of those batches
 
     def __call__(self, model, batch: Batch, label_smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
         logits, attention = model(batch.src, batch.src_mask, batch.tgt_in)  # [B, T, V], [B, T, S]
         nll = loss_fn(logits.float(), batch.tgt_out, label_smoothing)
+        self.tokens += batch.num_tgt_tokens
         targets, guided = self.links.targets(batch)
         if not guided:
             return nll, nll
-        return nll + self.weight * guided_loss(attention, targets), nll
+        term = guided_loss(attention, targets)
+        self.term = self.term + term.detach()  # no device sync per step: read once per window
+        return nll + self.weight * term, nll
+
+    def window(self) -> dict:
+        """``{"guided_term": nats per target token}`` of the batches since the last call (``{}`` when none), and
+        a new window."""
+        found = {"guided_term": float(self.term) / self.tokens} if self.tokens else {}
+        self.term, self.tokens = 0.0, 0
+        return found

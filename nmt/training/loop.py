@@ -112,11 +112,12 @@ class _Run:
         progress.train_seconds = time.monotonic() - self.start
         if stop or progress.step % self.t.valid_every == 0:
             rngs = rng_states(self.dist)
+            terms = self.objective.window() if hasattr(self.objective, "window") else {}  # guided_term
             if self.dist.is_main:
                 stop = validate(self.cfg, self.model, self.optimizer, self.scheduler, self.valid_pairs, self.valid,
                                 self.toks, self.run_dir, self.device, progress,
-                                self.meter.record() if self.meter.steps else {}, self.ema, rngs, self.board,
-                                self.gold, self.agreement) or stop
+                                {**self.meter.record(), **terms} if self.meter.steps else {}, self.ema, rngs,
+                                self.board, self.gold, self.agreement) or stop
             stop = share_validation(self.dist, progress, self.optimizer, self.scheduler, stop)
             self.meter.reset()  # validation time is not training time
         return stop

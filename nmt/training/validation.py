@@ -84,8 +84,9 @@ def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, tok
     append_record(run_dir / "metrics.jsonl", record)
     if board is not None:  # train.tensorboard: the same figures (nmt.training.tensorboard.Board)
         board.validation(record)
-    log.info("step %d: valid loss %.3f ppl %.2f BLEU %.2f%s (%.0f tok/s)", progress.step, valid_loss,
-             record["valid_ppl"], bleu, describe(record), record.get("tokens_per_sec", 0.0))
+    guided = f", guided term {record['guided_term']:.3f}" if "guided_term" in record else ""  # train.guided_alignment
+    log.info("step %d: valid loss %.3f ppl %.2f BLEU %.2f%s%s (%.0f tok/s)", progress.step, valid_loss,
+             record["valid_ppl"], bleu, describe(record), guided, record.get("tokens_per_sec", 0.0))
     improved = bleu > progress.best_bleu
     if improved:
         progress.best_bleu, progress.best_step, progress.bad_validations = bleu, progress.step, 0

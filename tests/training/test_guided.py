@@ -4,6 +4,7 @@ runs with given links and with eflomal's, and refusals naming the setting."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -105,6 +106,11 @@ def test_pairs_without_links_get_zero_rows_and_the_nll_alone(compose_cfg):
     model = build_model(*_parts(compose_cfg), 30, 50)
     objective, nll = GuidedObjective(empty, 1.0)(model, batch, 0.1)
     torch.testing.assert_close(objective, nll)
+    steered = GuidedObjective(table, 2.0)
+    objective, nll = steered(model, batch, 0.1)
+    term = float((objective - nll).detach()) / 2.0  # the term without its weight, per target token: metrics.jsonl's guided_term
+    assert term > 0 and steered.window() == pytest.approx({"guided_term": term / batch.num_tgt_tokens}, rel=1e-4)
+    assert steered.window() == {}  # a new window
     order = [3, 0, 7]  # a batch of some of the pairs, in another order: each finds its own links
     sub = collate([batch.src[i][batch.src_mask[i]].tolist() for i in order],
                   [batch.tgt_out[i][batch.tgt_out[i] != 0].tolist() for i in order], order)
@@ -131,6 +137,9 @@ def test_a_run_with_given_links_writes_its_text_and_trains(compose_cfg, tmp_path
                     tmp_path / "run")
     assert results["steps"] == 5
     assert "guided alignment: links for 300 of 300 training pairs" in caplog.text
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    terms = [r["guided_term"] for r in records if "train_loss" in r]
+    assert terms and all(0 < term < 20 for term in terms) and "guided term" in caplog.text
 
 
 def _without_eflomal(call):
