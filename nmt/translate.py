@@ -18,6 +18,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from nmt.analysis.plot import plot_npz
 from nmt.data.normalize import Normalizer
 from nmt.data.textio import TextFileError, check_writable, read_lines, write_error, write_together
+from nmt.data.tokenizer import fits_other_side
 from nmt.decoding.artifacts import alignment_files, check_npz_path, nbest_lines
 from nmt.decoding.ensemble import load_ensemble
 from nmt.decoding.options import check_decoding, decoding_settings
@@ -135,6 +136,7 @@ def run(cfg: DictConfig, stage: dict | None = None) -> None:
     loading = time.perf_counter() - loading
     # a model trained on normalized text (data.normalize, e.g. the alignment presets) sees its input the same way
     sentences = Normalizer.from_config(model_cfg.data.get("normalize"), model_cfg.data.src_lang).lines(sentences)
+    warn_other_language(cfg.input, model_cfg.data, src_tok, tgt_tok, sentences)
     start, stage["now"] = time.perf_counter(), "translating"
     with Precision(precision, device).autocast():
         nbest = translate_nbest(model, src_tok, tgt_tok, sentences, cfg.decode, device, beam_size, n_best)
@@ -162,6 +164,19 @@ def run(cfg: DictConfig, stage: dict | None = None) -> None:
     if references is not None:
         stage["now"] = "scoring"
         print_scores(cfg, model_cfg, results, references, {**settings, "precision": precision}, path)
+
+
+LANGUAGE_SAMPLE = 2000  # input lines that tell its language
+
+
+def warn_other_language(name: str, data, src_tok, tgt_tok, sentences: list[str]) -> None:
+    """Warn when the input looks like the model's target language (its first ``LANGUAGE_SAMPLE`` lines split into
+    fewer pieces per word with the target vocabulary: nmt.data.tokenizer.fits_other_side); ``data`` is the
+    model's ``cfg.data``."""
+    if fit := fits_other_side(src_tok, tgt_tok, sentences[:LANGUAGE_SAMPLE]):
+        log.warning("%s looks like %s text, not %s: %.2f subword pieces per word with the model's %s vocabulary, "
+                    "%.2f with its %s one (this model translates %s->%s)", name, data.tgt_lang, data.src_lang,
+                    fit[0], data.src_lang, fit[1], data.tgt_lang, data.src_lang, data.tgt_lang)
 
 
 def load_models(cfg: DictConfig, device):

@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ import sacrebleu
 import torch
 
 from nmt.analysis import curves
+from nmt.data.tokenizer import fits_other_side
 from nmt.decoding.word_alignment import words_from_pieces
 from nmt.models import checkpoint
 
@@ -263,6 +265,23 @@ def test_translate_file(run_dir, references, repo_root, final_checkpoint, tmp_pa
             {key: eval_records[k][key] for key in ("source_tokens", "hypothesis_tokens")}
         np.testing.assert_allclose(arrays[str(i)], eval_arrays[str(k)], atol=1e-5)
     assert sorted(p.name for p in (tmp_path / "plots").glob("*.png")) == ["in_0.png", "in_2.png"]  # 1 is blank
+
+
+def test_input_in_the_target_language_is_named(toks, references, caplog):
+    """English given to the de->en model splits into more pieces per word with the German vocabulary than with
+    the English one: translate.py warns, naming the file, both figures and the model's direction."""
+    from nmt.translate import warn_other_language
+
+    src_tok, tgt_tok = toks
+    assert fits_other_side(src_tok, tgt_tok, references["test"]["src"]) is None
+    data = SimpleNamespace(src_lang="de", tgt_lang="en")
+    with caplog.at_level("WARNING", logger="nmt.translate"):
+        warn_other_language("in.de", data, src_tok, tgt_tok, references["test"]["src"])
+        assert not caplog.records
+        warn_other_language("in.en", data, src_tok, tgt_tok, references["test"]["tgt"])
+    [record] = caplog.records
+    assert re.fullmatch(r"in\.en looks like en text, not de: ([\d.]+) subword pieces per word with the model's de "
+                        r"vocabulary, ([\d.]+) with its en one \(this model translates de->en\)", record.getMessage())
 
 
 def test_translate_stdin_stdout(run_dir, references, repo_root, final_checkpoint, tmp_path):

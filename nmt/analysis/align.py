@@ -48,7 +48,7 @@ from collections.abc import Sequence
 
 from nmt.analysis.aer import aer, check_dropped, dropped_summary, position_warning
 from nmt.analysis.align_args import REQUIRED, USAGE, UsageError, help_text, parse_args  # noqa: F401 (public here)
-from nmt.analysis.forced import combined_links, force_align, links, load_aligner, word_counts
+from nmt.analysis.forced import combined_links, force_align, links, load_aligner, swapped_sides, word_counts
 from nmt.analysis.gold import Alignments, AlignmentWarning, read_pharaoh
 from nmt.analysis.heads import best_head, with_head
 from nmt.analysis.symmetrize import symmetrize
@@ -78,6 +78,8 @@ def run(opts: dict) -> tuple[list[str], list[str], list[str]]:
         raise ValueError(f"{opts['src']} has {len(sources)} lines but {opts['tgt']} has {len(targets)}")
     gold, problems = _read_gold(opts, sources, targets)
     model, src_tok, tgt_tok, prepare, langs = load_aligner(opts["checkpoint"], device, opts["lowercase"])
+    if swapped := swapped_sides(src_tok, tgt_tok, prepare(sources), prepare(targets), langs):
+        problems.append(swapped)
     forward = force_align(model, src_tok, tgt_tok, prepare(sources), prepare(targets), opts["batch_size"], device)
     del model
     extract = {"threshold": opts["threshold"], "shift": opts["shift"], "temperature": opts["temperature"]}

@@ -24,7 +24,7 @@ import torch
 from nmt.analysis.symmetrize import combine_directions
 from nmt.data.batches import collate
 from nmt.data.normalize import Normalizer
-from nmt.data.tokenizer import PAD_ID, Tokenizer
+from nmt.data.tokenizer import PAD_ID, Tokenizer, fits_other_side
 from nmt.decoding.search import log_probs
 from nmt.decoding.translation import EMPTY, Translation
 from nmt.decoding.word_alignment import hard_alignment, merge_to_words
@@ -153,6 +153,20 @@ def word_counts(translation: Translation) -> tuple[int, int]:
     """``(source words, target words)`` after merging pieces (for checking against whitespace tokens)."""
     words = word_alignment(translation)
     return words.shape[1], words.shape[0]
+
+
+def swapped_sides(src_tok: Tokenizer, tgt_tok: Tokenizer, sources: list[str], targets: list[str],
+                  langs: tuple[str, str]) -> str | None:
+    """A warning when the source and target lines look swapped, else None: each side splits into fewer pieces
+    per word with the other side's vocabulary than with its own (nmt.data.tokenizer.fits_other_side)."""
+    source, target = fits_other_side(src_tok, tgt_tok, sources), fits_other_side(tgt_tok, src_tok, targets)
+    if source and target:
+        return (f"the source lines look like {langs[1]} and the target lines like {langs[0]}: with this "
+                f"{langs[0]}->{langs[1]} model's vocabularies the source takes {source[0]:.2f} pieces per word as "
+                f"{langs[0]} and {source[1]:.2f} as {langs[1]}, the target {target[0]:.2f} as {langs[1]} and "
+                f"{target[1]:.2f} as {langs[0]}; if they are swapped, give the {langs[0]} file as src= and the "
+                f"{langs[1]} file as tgt=")
+    return None
 
 
 def load_aligner(path: str | Path, device: str | torch.device = "cpu", lowercase: str = "auto"):

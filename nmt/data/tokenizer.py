@@ -214,3 +214,23 @@ class Tokenizer:
 def _clean(text: str) -> str:
     """Decoded or normalized text as one line: "▁" and line breaks -> spaces, runs of spaces -> one, stripped."""
     return _SPACES.sub(" ", _LINE_BREAKS.sub(" ", text.replace(WORD_START, " "))).strip(" ")
+
+
+LANGUAGE_MARGIN = 1.15  # how many times more pieces per word text takes with the other side's vocabulary
+
+
+def pieces_per_word(tok: Tokenizer, lines: list[str]) -> float:
+    """Subword pieces per whitespace word of ``lines`` under ``tok`` (``</s>`` not counted; 0.0 without words)."""
+    words = sum(len(line.split()) for line in lines)
+    return sum(len(ids) for ids in tok.encode_batch(lines)) / words if words else 0.0
+
+
+def fits_other_side(own: Tokenizer, other: Tokenizer, lines: list[str],
+                    margin: float = LANGUAGE_MARGIN) -> tuple[float, float] | None:
+    """``(pieces per word with own, with other)`` when ``lines`` split into fewer pieces per word with the
+    other side's vocabulary than with their own, by ``margin``; else None. With per-side vocabularies restricted
+    to the pieces each language uses (``tokenizer.restrict_vocab``), a language's text takes many more pieces
+    under the other language's, so this says the text is in the other language; with one shared vocabulary the
+    two figures are equal and it says nothing."""
+    with_own, with_other = pieces_per_word(own, lines), pieces_per_word(other, lines)
+    return (with_own, with_other) if with_own > margin * with_other else None

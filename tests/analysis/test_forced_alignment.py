@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from nmt.analysis.align import UsageError, main, parse_args
-from nmt.analysis.forced import combined_links, force_align, links, sharpen
+from nmt.analysis.forced import combined_links, force_align, links, sharpen, swapped_sides
 from nmt.analysis.symmetrize import combine_directions, symmetrize
 from nmt.data.textio import read_lines
 from nmt.decoding.artifacts import save_alignments
@@ -178,6 +178,24 @@ def test_cli_writes_one_pharaoh_line_per_input_line(trained, reverse, sources, r
     (tmp_path / "short.en").write_text("one line\n", encoding="utf-8")
     assert main([*common[:2], f"tgt={tmp_path / 'short.en'}", f"out={tmp_path / 'x.align'}"]) == 1
     assert "has 4 lines but" in capsys.readouterr().err and not (tmp_path / "x.align").exists()
+
+
+def test_swapped_source_and_target_files_are_named(trained, sources, references, tmp_path, capsys):
+    """Without a gold file nothing else can tell: each side splits into fewer pieces per word with the other
+    language's (restricted) vocabulary, so the command warns and still writes its links."""
+    _, _, _, src_tok, tgt_tok = trained
+    assert swapped_sides(src_tok, tgt_tok, sources, references, ("de", "en")) is None
+    warning = swapped_sides(src_tok, tgt_tok, references, sources, ("de", "en"))
+    assert warning.startswith("the source lines look like en and the target lines like de") and "src=" in warning
+    assert swapped_sides(src_tok, src_tok, references, sources, ("de", "en")) is None  # one vocabulary: no guess
+    (tmp_path / "in.de").write_text("".join(s + "\n" for s in sources), encoding="utf-8")
+    (tmp_path / "in.en").write_text("".join(s + "\n" for s in references), encoding="utf-8")
+    for src, tgt, swapped in (("in.de", "in.en", False), ("in.en", "in.de", True)):
+        assert main([f"checkpoint={trained[0]}", f"src={tmp_path / src}", f"tgt={tmp_path / tgt}", "device=cpu",
+                     f"out={tmp_path / 'out.align'}"]) == 0
+        err = capsys.readouterr().err
+        assert ("warning: the source lines look like en" in err) == swapped, err
+        assert len((tmp_path / "out.align").read_text(encoding="utf-8").splitlines()) == len(sources)
 
 
 def test_cli_entry_point_reports_usage(repo_root):
