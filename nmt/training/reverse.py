@@ -19,6 +19,7 @@ What an agreement run adds to its run folder:
 from __future__ import annotations
 
 import logging
+import os
 import shlex
 from dataclasses import asdict
 from pathlib import Path
@@ -180,7 +181,7 @@ class Agreement:
         run = Path(run_dir).resolve()
         gold = gold_settings(cfg.eval.get("gold"))
         paths = dict(gold["paths"]) if gold and gold.get("paths") else {}
-        src, tgt = (paths.get(str(lang), f"SENTENCES.{lang}") for lang in (cfg.data.src_lang, cfg.data.tgt_lang))
+        src, tgt = (_shown(paths.get(str(lang), f"SENTENCES.{lang}")) for lang in (cfg.data.src_lang, cfg.data.tgt_lang))
         extract = [f"{key}={gold[key]}" for key, default in combine_defaults().items() if gold and gold[key] != default]
         args = [f"checkpoint={run / 'checkpoints' / 'best.pt'}",
                 f"reverse_checkpoint={run / REVERSE_DIR / 'checkpoints' / 'best.pt'}", "combine=product", *extract,
@@ -196,9 +197,14 @@ class Agreement:
         if not gold or not gold.get("paths"):
             return None
         src, tgt = str(cfg.data.src_lang), str(cfg.data.tgt_lang)
-        args = [f"gold={gold['links']}", f"hyp={Path(run_dir).resolve() / SYMMETRIZED}",
-                f"src={gold['paths'][src]}", f"tgt={gold['paths'][tgt]}"]
+        args = [f"gold={_shown(gold['links'])}", f"hyp={Path(run_dir).resolve() / SYMMETRIZED}",
+                f"src={_shown(gold['paths'][src])}", f"tgt={_shown(gold['paths'][tgt])}"]
         args += ["gold_format=naacl"] if gold["format"] == "naacl" else []
         args += ["one_based=true"] if gold["one_based"] else []
         args += ["target_first=true"] if gold["link_langs"][0] == tgt else []
         return "python -m nmt.aer " + shlex.join(args)
+
+
+def _shown(path: str) -> str:
+    """An absolute path as the file it names (``/a/../b`` -> ``/b``, links followed) for a printed command."""
+    return os.path.realpath(path) if os.path.isabs(path) else path

@@ -109,8 +109,8 @@ def test_a_tiny_run_writes_both_models_which_load_translate_and_align(compose_cf
 
     run = tmp_path / "run"
     with caplog.at_level("INFO"):
-        train(compose_cfg([*TINY, *ON, "train.max_steps=12", gold_setting(multi30k_dir.parent, "mutual_argmax")]),
-              run)
+        train(compose_cfg([*TINY, *ON, "train.max_steps=12", gold_setting(multi30k_dir / "..", "mutual_argmax")]),
+              run)  # the gold files spelt through "..": the printed commands name them as the files they are
     record = records(run)[-1]
     for key in ("reverse_valid_loss", "reverse_valid_bleu", "valid_agreement", "reverse_aer", "aer",
                 "symmetrized_aer", "symmetrized_alignment_precision", "symmetrized_alignment_recall"):
@@ -129,6 +129,7 @@ def test_a_tiny_run_writes_both_models_which_load_translate_and_align(compose_cf
     command = [r.getMessage() for r in caplog.records if "nmt.align" in r.getMessage()][-1].split("\n  ")[-1]
     argv = shlex.split(command)
     assert argv[:3] == ["python", "-m", "nmt.align"] and "combine=product" in argv and "method=mutual_argmax" in argv
+    assert all("/../" not in arg and "/./" not in arg for arg in argv)  # paths as the files they name
     assert align_main(argv[3:]) == 0
     lines = (run / "eval" / "symmetrized.align").read_text(encoding="utf-8").splitlines()
     assert len(lines) == 100 and any(lines)
