@@ -191,7 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     for note in notes:
         print(note, file=sys.stderr)
-    print(f"wrote {opts['out']}: {len(lines)} sentence pairs, {sum(len(line.split()) for line in lines)} links"
+    pairs, found = len(lines), sum(len(line.split()) for line in lines)
+    print(f"wrote {opts['out']}: {pairs} sentence pair{'' if pairs == 1 else 's'}, {found} link{'' if found == 1 else 's'}"
           + (f"; matrices in {opts['matrices']}" if opts["matrices"] else ""), file=sys.stderr)
     return 0
 
