@@ -13,7 +13,7 @@ from pathlib import Path
 from nmt.analysis.curves import read_curve
 from nmt.data.textio import atomic_write
 from nmt.models import checkpoint
-from nmt.settings import adopt, differences, same_setting, to_plain
+from nmt.settings import adopt, differences, override_keys, same_setting, to_plain
 from nmt.training.guided import keep_guided
 from nmt.training.reverse import REVERSE_DIR, keep_agreement
 from nmt.training.schedule import SCHEDULE_KEYS
@@ -111,7 +111,7 @@ def resume_from(path, cfg, run_dir: Path, device, overrides=()):
     keep_guided(ckpt_cfg, cfg, overrides)  # train.guided_alignment: a guided run stays guided
     if ckpt_cfg.train.get("init"):  # a fine-tuning run resumed: it still started from that model
         cfg.train.init = ckpt_cfg.train.init
-    warn_about_changes(path, ckpt_cfg, cfg)
+    warn_about_changes(path, ckpt_cfg, cfg, named_settings(cfg, overrides))
     bring_along(path, run_dir, payload)
     save_subword_models(run_dir, src_tok, tgt_tok)
     cfg = adopt(cfg, ckpt_cfg, FROM_CHECKPOINT)
@@ -130,20 +130,37 @@ def save_subword_models(run_dir: Path, src_tok, tgt_tok, replace: bool = False) 
             atomic_write(spm_dir / f"{name}.model", tok.model_proto)
 
 
-def warn_taken_from_checkpoint(doing: str, path, ckpt_cfg, cfg, groups, keep=()) -> None:
-    """One warning per config group of ``groups`` whose command-line settings differ from the checkpoint's, which
-    the run uses instead (``doing``: "resuming", "fine-tuning"); the dotted names in ``keep`` are the run's own and
-    left out."""
+def named_settings(cfg, overrides) -> list[str] | None:
+    """The dotted keys and config groups the command line's ``overrides`` set (:func:`nmt.settings.override_keys`),
+    or None when a preset (``+experiment=...``, a key outside the config) may have set any of them."""
+    keys = override_keys(overrides)
+    return None if {key.split(".")[0] for key in keys} - set(cfg) else keys
+
+
+def _named(name: str, value, named: list[str] | None) -> bool:
+    """Whether the differing setting ``name`` was asked for: ``named`` is None (anything may have been), it or a
+    node above it is among ``named``, or it is an absolute path (from the environment, e.g. ``NMT_DATA_DIR``)."""
+    return named is None or isinstance(value, str) and value.startswith("/") or \
+        any(name == key or name.startswith(f"{key}.") for key in named)
+
+
+def warn_taken_from_checkpoint(doing: str, path, ckpt_cfg, cfg, groups, keep=(), named=None) -> None:
+    """One warning per config group of ``groups`` whose settings differ from the checkpoint's, which the run uses
+    instead (``doing``: "resuming", "fine-tuning"); the dotted names in ``keep`` are the run's own and left out, and
+    with ``named`` (:func:`named_settings`) only what the command line set or an absolute path is named, so a run
+    resumed by its folder alone is not told about the defaults it never asked for."""
     for key in groups:
-        if changed := [c for c in differences(ckpt_cfg.get(key), cfg.get(key), key) if c[0] not in keep]:
+        if changed := [c for c in differences(ckpt_cfg.get(key), cfg.get(key), key)
+                       if c[0] not in keep and _named(c[0], c[2], named)]:
             log.warning("%s %s: %s comes from the checkpoint, not from this run's settings: %s", doing, path, key,
                         "; ".join(f"{name}={before} (this run: {now})" for name, before, now in changed))
 
 
-def warn_about_changes(path, ckpt_cfg, cfg) -> None:
+def warn_about_changes(path, ckpt_cfg, cfg, named=None) -> None:
     """The warnings of a resume whose command line differs from the checkpoint's settings: what comes from the
-    checkpoint anyway, a changed seed, batch size or schedule, the budget, and the other settings that apply."""
-    warn_taken_from_checkpoint("resuming", path, ckpt_cfg, cfg, FROM_CHECKPOINT)
+    checkpoint anyway (of it, with ``named``, only what the command line set), a changed seed, batch size or
+    schedule, the budget, and the other settings that apply."""
+    warn_taken_from_checkpoint("resuming", path, ckpt_cfg, cfg, FROM_CHECKPOINT, named=named)
     if ckpt_cfg.get("seed") is not None and ckpt_cfg.seed != cfg.get("seed"):
         log.warning("resuming %s: seed=%s comes from the checkpoint (this run: %s), so the rest of the epoch is "
                     "batched in the order it began with", path, ckpt_cfg.seed, cfg.get("seed"))

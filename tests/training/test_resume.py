@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections import OrderedDict
+from pathlib import Path
 
 import pytest
 import torch
@@ -87,9 +88,10 @@ def test_resume_keeps_the_checkpoints_architecture_whatever_the_command_line_say
     not the ``attention=`` / ``model.*`` given on the resuming command line (which only gets a warning)."""
     first, resumed = tmp_path / "first", tmp_path / "resumed"
     train(compose_cfg([*TINY, f"train.max_steps={N}"]), first)
+    command = [f"train.max_steps={2 * N}", "attention=dot", "decoder.style=bahdanau",
+               f"train.resume={first}/checkpoints/last.pt"]
     with caplog.at_level("WARNING", logger="nmt"):
-        results = train(compose_cfg([*TINY, f"train.max_steps={2 * N}", "attention=dot", "decoder.style=bahdanau",
-                                     f"train.resume={first}/checkpoints/last.pt"]), resumed)
+        results = train(compose_cfg([*TINY, *command]), resumed, command)
     # the warning names only what differs; the run folder's .hydra/config.yaml is rewritten to the model trained
     assert ("attention comes from the checkpoint, not from this run's settings: attention._target_="
             "nmt.models.attention.Additive (this run: nmt.models.attention.Dot)") in caplog.text
@@ -312,3 +314,28 @@ def test_truncated_and_missing_checkpoints_are_reported(tmp_path):
     torch.save({"weights": torch.zeros(2)}, tmp_path / "other.pt")
     with pytest.raises(checkpoint.CheckpointError, match="not an nmt checkpoint"):
         checkpoint.load_payload(tmp_path / "other.pt")
+
+
+def test_a_resume_names_only_what_its_command_line_set(compose_cfg, tmp_path, caplog):
+    """Resumed by its folder alone, a run is not told that the defaults differ from its own settings (it never
+    asked for them); what the command line sets, and a corpus path from the environment, still are."""
+    first = tmp_path / "first"
+    train(compose_cfg([*TINY, f"train.max_steps={N}", "model.hidden_size=40"]), first)
+    with caplog.at_level("WARNING", logger="nmt"):
+        train(compose_cfg([*TINY, f"train.max_steps={N + 1}"]), first, [f"train.max_steps={N + 1}"])
+    assert "comes from the checkpoint" not in caplog.text  # model.hidden_size=40 (this run's default: 32)
+    caplog.clear()
+    elsewhere = tmp_path / "copy"
+    elsewhere.mkdir()
+    corpus = Path(compose_cfg(TINY).data.dir)
+    for name in ("train.de.gz", "train.en.gz", "val.de.gz", "val.en.gz", "test_2016_flickr.de.gz",
+                 "test_2016_flickr.en.gz"):
+        (elsewhere / name).symlink_to(corpus / name)  # another folder (a link per file: not the same path)
+    with caplog.at_level("WARNING", logger="nmt"):
+        train(compose_cfg([*TINY, f"train.max_steps={N + 2}", "model.hidden_size=48", f"data.dir={elsewhere}"]),
+              first, [f"train.max_steps={N + 2}", "model.hidden_size=48"])
+    assert "model comes from the checkpoint, not from this run's settings: model.hidden_size=40 (this run: 48)" \
+        in caplog.text
+    assert f"data comes from the checkpoint, not from this run's settings: data.dir={corpus} (this run: " \
+           f"{elsewhere})" in caplog.text
+
