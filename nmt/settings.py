@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import difflib
-import os
 import re
 import sys
 from pathlib import Path
@@ -22,7 +21,7 @@ from hydra.utils import instantiate as hydra_instantiate
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
-from nmt.data.textio import atomic_write
+from nmt.data.textio import atomic_write, file_named
 
 
 def config_dir() -> str:
@@ -106,8 +105,8 @@ def differences(before, now, prefix: str) -> list[tuple[str, object, object]]:
 def same_setting(before, now) -> bool:
     """Equal setting values, absolute paths compared as the files they name (``/a/../b/c`` and ``/b/c``, a link
     and its target), inside lists and mappings too (``data.extra_train``)."""
-    if isinstance(before, str) and isinstance(now, str) and before.startswith("/") and now.startswith("/"):
-        return before == now or os.path.realpath(before) == os.path.realpath(now)
+    if isinstance(before, str) and isinstance(now, str):
+        return before == now or file_named(before) == file_named(now)
     if isinstance(before, list) and isinstance(now, list):
         return len(before) == len(now) and all(map(same_setting, before, now))
     if isinstance(before, dict) and isinstance(now, dict):

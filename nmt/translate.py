@@ -17,7 +17,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from nmt.analysis.plot import plot_npz
 from nmt.data.normalize import Normalizer
-from nmt.data.textio import TextFileError, check_writable, read_lines, write_error, write_together
+from nmt.data.textio import TextFileError, check_writable, counted, read_lines, write_error, write_together
 from nmt.data.tokenizer import fits_other_side
 from nmt.decoding.artifacts import alignment_files, check_npz_path, nbest_lines
 from nmt.decoding.ensemble import load_ensemble
@@ -73,11 +73,6 @@ def signals_interrupt():
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
-
-
-def counted(number: int, noun: str) -> str:
-    """``"1 line"``, ``"2 lines"``: a count with its noun in the singular or plural (an ``s`` added)."""
-    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="translate")

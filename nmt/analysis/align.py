@@ -53,7 +53,7 @@ from nmt.analysis.gold import Alignments, AlignmentWarning, read_pharaoh
 from nmt.analysis.heads import best_head, with_head
 from nmt.analysis.symmetrize import symmetrize
 from nmt.commandline import prog_name
-from nmt.data.textio import atomic_write, read_lines
+from nmt.data.textio import atomic_write, counted, read_lines
 from nmt.decoding.artifacts import save_alignments
 from nmt.decoding.word_alignment import to_pharaoh
 from nmt.models.device import pick_device, set_threads
@@ -78,9 +78,10 @@ def run(opts: dict) -> tuple[list[str], list[str], list[str]]:
         raise ValueError(f"{opts['src']} has {len(sources)} lines but {opts['tgt']} has {len(targets)}")
     gold, problems = _read_gold(opts, sources, targets)
     model, src_tok, tgt_tok, prepare, langs = load_aligner(opts["checkpoint"], device, opts["lowercase"])
-    if swapped := swapped_sides(src_tok, tgt_tok, prepare(sources), prepare(targets), langs):
+    prepared = prepare(sources), prepare(targets)
+    if swapped := swapped_sides(src_tok, tgt_tok, *prepared, langs):
         problems.append(swapped)
-    forward = force_align(model, src_tok, tgt_tok, prepare(sources), prepare(targets), opts["batch_size"], device)
+    forward = force_align(model, src_tok, tgt_tok, *prepared, opts["batch_size"], device)
     del model
     extract = {"threshold": opts["threshold"], "shift": opts["shift"], "temperature": opts["temperature"]}
     if opts["reverse_checkpoint"]:
@@ -191,8 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     for note in notes:
         print(note, file=sys.stderr)
-    pairs, found = len(lines), sum(len(line.split()) for line in lines)
-    print(f"wrote {opts['out']}: {pairs} sentence pair{'' if pairs == 1 else 's'}, {found} link{'' if found == 1 else 's'}"
+    print(f"wrote {opts['out']}: {counted(len(lines), 'sentence pair')}, "
+          f"{counted(sum(len(line.split()) for line in lines), 'link')}"
           + (f"; matrices in {opts['matrices']}" if opts["matrices"] else ""), file=sys.stderr)
     return 0
 

@@ -9,7 +9,6 @@ streamed from memory. Extra training data (``data.extra_train``) is read into me
 from __future__ import annotations
 
 import itertools
-import os
 import random
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ from pathlib import Path
 
 from nmt.data.corpus import DataError, Parallel, load_splits, log_extra, read_extra
 from nmt.data.normalize import Normalizer
-from nmt.data.textio import iter_lines
+from nmt.data.textio import file_named, iter_lines
 
 CHUNK = 10_000  # lines normalized at a time
 
@@ -135,8 +134,8 @@ def corpus_settings(data_cfg) -> dict:
 def _plain(value):
     """A config value as plain data (lists and dicts of scalars), absolute paths resolved (``/a/../b`` and a
     link name the file they lead to, so a file spelt otherwise keys the same token store)."""
-    if isinstance(value, str) and value.startswith("/"):
-        return os.path.realpath(value)
+    if isinstance(value, str):
+        return file_named(value)
     if hasattr(value, "items"):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)) or (hasattr(value, "__iter__") and not isinstance(value, str)):

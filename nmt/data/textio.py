@@ -55,6 +55,17 @@ WRITE_HINTS = {
 TEMPORARY = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")  # .NAME.XXXXXXXX.tmp, tempfile.mkstemp's names of ours
 
 
+def counted(number: int, noun: str) -> str:
+    """``"1 line"``, ``"2 lines"``: a count with its noun in the singular or plural (an ``s`` added)."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def file_named(value):
+    """An absolute path string as the file it names (``/a/../b`` -> ``/b``, links followed), for comparing or
+    printing settings; any other value (a relative path, a number, None) unchanged."""
+    return os.path.realpath(value) if isinstance(value, str) and value.startswith("/") else value
+
+
 def read_lines(path: str | Path, key: str | None = None) -> list[str]:
     """Read a UTF-8 text file (plain, ``.gz``, or ``-`` for stdin) into lines without their line ends; ``key`` (the
     setting that named the file, e.g. ``input``) is named in the error for a missing file. All of it at once:

@@ -19,7 +19,6 @@ What an agreement run adds to its run folder:
 from __future__ import annotations
 
 import logging
-import os
 import shlex
 from dataclasses import asdict
 from pathlib import Path
@@ -29,6 +28,7 @@ import torch
 from nmt.analysis.align_args import combine_defaults
 from nmt.data.batches import iterate_batches
 from nmt.data.corpus import Parallel
+from nmt.data.textio import file_named
 from nmt.decoding.scoring import greedy_bleu
 from nmt.models import checkpoint
 from nmt.models.build import build_model
@@ -181,7 +181,7 @@ class Agreement:
         run = Path(run_dir).resolve()
         gold = gold_settings(cfg.eval.get("gold"))
         paths = dict(gold["paths"]) if gold and gold.get("paths") else {}
-        src, tgt = (_shown(paths.get(str(lang), f"SENTENCES.{lang}")) for lang in (cfg.data.src_lang, cfg.data.tgt_lang))
+        src, tgt = (file_named(paths.get(str(lang), f"SENTENCES.{lang}")) for lang in (cfg.data.src_lang, cfg.data.tgt_lang))
         extract = [f"{key}={gold[key]}" for key, default in combine_defaults().items() if gold and gold[key] != default]
         args = [f"checkpoint={run / 'checkpoints' / 'best.pt'}",
                 f"reverse_checkpoint={run / REVERSE_DIR / 'checkpoints' / 'best.pt'}", "combine=product", *extract,
@@ -197,14 +197,9 @@ class Agreement:
         if not gold or not gold.get("paths"):
             return None
         src, tgt = str(cfg.data.src_lang), str(cfg.data.tgt_lang)
-        args = [f"gold={_shown(gold['links'])}", f"hyp={Path(run_dir).resolve() / SYMMETRIZED}",
-                f"src={_shown(gold['paths'][src])}", f"tgt={_shown(gold['paths'][tgt])}"]
+        args = [f"gold={file_named(gold['links'])}", f"hyp={Path(run_dir).resolve() / SYMMETRIZED}",
+                f"src={file_named(gold['paths'][src])}", f"tgt={file_named(gold['paths'][tgt])}"]
         args += ["gold_format=naacl"] if gold["format"] == "naacl" else []
         args += ["one_based=true"] if gold["one_based"] else []
         args += ["target_first=true"] if gold["link_langs"][0] == tgt else []
         return "python -m nmt.aer " + shlex.join(args)
-
-
-def _shown(path: str) -> str:
-    """An absolute path as the file it names (``/a/../b`` -> ``/b``, links followed) for a printed command."""
-    return os.path.realpath(path) if os.path.isabs(path) else path

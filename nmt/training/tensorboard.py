@@ -16,11 +16,11 @@ TRAIN_EVERY = 10  # steps between the training scalars
 
 # the gold-set figures of a validation record (eval.gold, nmt.training.gold) -> their TensorBoard tags; an
 # agreement run also has the reverse model's and the two directions' soft-symmetrized ones (nmt.training.reverse)
-ALIGNMENT_FIGURES = {f"{prefix}{name}": f"alignment/{prefix}{tag}"
-                     for prefix in ("", "reverse_", "symmetrized_")
-                     for name, tag in (("aer", "aer"), ("alignment_precision", "precision"),
-                                       ("alignment_recall", "recall"))}
-ALIGNMENT_FIGURES["guided_term"] = "alignment/guided_term"  # train.guided_alignment: the term, per target token
+ALIGNMENT_FIGURES = {**{f"{prefix}{name}": f"alignment/{prefix}{tag}"
+                        for prefix in ("", "reverse_", "symmetrized_")
+                        for name, tag in (("aer", "aer"), ("alignment_precision", "precision"),
+                                          ("alignment_recall", "recall"))},
+                     "guided_term": "alignment/guided_term"}  # train.guided_alignment: the term, per target token
 
 # the settings shown in TensorBoard's HParams tab: (name there, dotted key of the config)
 HPARAMS = (("attention", "attention._target_"), ("decoder_style", "decoder.style"), ("emb_size", "model.emb_size"),
