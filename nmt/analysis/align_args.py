@@ -39,7 +39,7 @@ KEYS = REQUIRED + tuple(DEFAULTS)
 
 
 SETTINGS = {  # key -> what it is, for --help (the values are checked by parse_args)
-    "checkpoint": "the model: a .pt file or a run folder (its best.pt)",
+    "checkpoint": "the model: a .pt file or a run folder (the model its final evaluation scored, else its best.pt)",
     "src": "source sentences, one per line (whitespace words: the gold set's word positions)",
     "tgt": "target sentences, parallel to src",
     "out": "the Pharaoh links to write, one line per sentence pair",
