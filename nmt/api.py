@@ -15,10 +15,8 @@ translation's subword alignment into a word-level one.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from nmt.analysis.forced import force_align
@@ -164,12 +162,7 @@ class Translator:
                             [targets] if isinstance(targets, str) else list(targets))
         prepare = self._keep_tokens.lines
         sources, targets = prepare(sources, keep_tokens=True), prepare(targets, keep_tokens=True)
-        members = self.model.models if isinstance(self.model, Ensemble) else [self.model]
-        each = [force_align(m, self.src_tok, self.tgt_tok, sources, targets, batch_size, self.device) for m in members]
-        if len(each) == 1:
-            return with_head(each[0], head)
-        if head != "mean":
+        if head != "mean" and isinstance(self.model, Ensemble):
             raise ValueError(f"head={head}: an ensemble's alignment is the mean of its members'; use head='mean'")
-        return [replace(first, alignment=np.mean([r[i].alignment for r in each], axis=0).astype(np.float32),
-                        score=float(np.mean([r[i].score for r in each])), heads=None)
-                for i, first in enumerate(each[0])]
+        return with_head(force_align(self.model, self.src_tok, self.tgt_tok, sources, targets, batch_size,
+                                     self.device), head)

@@ -4,12 +4,14 @@ write Pharaoh links and, optionally, the soft alignments.
 ``lowercase=auto`` lowercases the input lines when the checkpoint was trained on lowercased text
 (``data.normalize``; word positions do not move). Given a second model trained in the opposite direction
 (``reverse_checkpoint``), both directions are extracted and symmetrized (:mod:`nmt.analysis.symmetrize`).
+``checkpoint=[A,B,...]`` (and ``reverse_checkpoint=[...]``) is an ensemble of models of one subword model and
+direction: each aligns the text and their attention matrices are averaged before links are extracted.
 Words are the whitespace tokens of the input files: SentencePiece starts a piece with "▁" at every whitespace,
 so pre-tokenized gold sets keep their word indices (a line where the counts differ is reported on stderr).
 
 Command line (key=value, like translate.py, but parsed here without Hydra)::
 
-    python -m nmt.align checkpoint=PATH|RUN_DIR src=FILE tgt=FILE out=FILE.align [matrices=FILE.npz]
+    python -m nmt.align checkpoint=PATH|RUN_DIR|[PATH,...] src=FILE tgt=FILE out=FILE.align [matrices=FILE.npz]
                         [method=argmax_target|argmax_source|threshold|mutual_argmax] [threshold=0.3] [shift=0]
                         [temperature=1.0] [lowercase=auto|true|false]
                         [reverse_checkpoint=PATH [method=grow-diag-final-and|intersection|union|...]
@@ -77,7 +79,7 @@ def run(opts: dict) -> tuple[list[str], list[str], list[str]]:
     if len(sources) != len(targets):
         raise ValueError(f"{opts['src']} has {len(sources)} lines but {opts['tgt']} has {len(targets)}")
     gold, problems = _read_gold(opts, sources, targets)
-    model, src_tok, tgt_tok, prepare, langs = load_aligner(opts["checkpoint"], device, opts["lowercase"])
+    model, src_tok, tgt_tok, prepare, langs = load_aligner(opts["checkpoints"], device, opts["lowercase"])
     prepared = prepare(sources), prepare(targets)
     if swapped := swapped_sides(src_tok, tgt_tok, *prepared, langs):
         problems.append(swapped)
@@ -148,7 +150,7 @@ def _symmetrized(opts: dict, forward: list, sources: list[str], targets: list[st
     Raises:
         ValueError: when the reverse model does not translate the other way.
     """
-    r_model, r_src_tok, r_tgt_tok, r_prepare, r_langs = load_aligner(opts["reverse_checkpoint"], device,
+    r_model, r_src_tok, r_tgt_tok, r_prepare, r_langs = load_aligner(opts["reverse_checkpoints"], device,
                                                                       opts["lowercase"])
     if r_langs != langs[::-1]:
         raise ValueError(f"reverse_checkpoint={opts['reverse_checkpoint']} translates {r_langs[0]}->{r_langs[1]}, "

@@ -18,7 +18,7 @@ from nmt.commandline import SettingsParser
 from nmt.decoding.artifacts import check_npz_path
 from nmt.decoding.word_alignment import METHODS
 
-USAGE = ("usage: python -m nmt.align checkpoint=PATH src=FILE tgt=FILE out=FILE.align [matrices=FILE.npz] "
+USAGE = ("usage: python -m nmt.align checkpoint=PATH|[PATH,...] src=FILE tgt=FILE out=FILE.align [matrices=FILE.npz] "
          "[method=argmax_target|argmax_source|threshold|mutual_argmax] [threshold=0.3] [shift=0] [temperature=1.0] "
          "[lowercase=auto|true|false] [reverse_checkpoint=PATH method=grow-diag-final-and|intersection|union|"
          "grow-diag|grow-diag-final direction_method=argmax_target | reverse_checkpoint=PATH combine=product|mean] "
@@ -39,7 +39,8 @@ KEYS = REQUIRED + tuple(DEFAULTS)
 
 
 SETTINGS = {  # key -> what it is, for --help (the values are checked by parse_args)
-    "checkpoint": "the model: a .pt file or a run folder (the model its final evaluation scored, else its best.pt)",
+    "checkpoint": "the model: a .pt file or a run folder (the model its final evaluation scored, else its best.pt); "
+                  "[A,B,...]: an ensemble of one subword model, its members' attention averaged",
     "src": "source sentences, one per line (whitespace words: the gold set's word positions)",
     "tgt": "target sentences, parallel to src",
     "out": "the Pharaoh links to write, one line per sentence pair",
@@ -51,7 +52,7 @@ SETTINGS = {  # key -> what it is, for --help (the values are checked by parse_a
     "shift": "read target word t from attention row t+shift",
     "temperature": "< 1 sharpens the attention before extraction",
     "lowercase": "auto|true|false: lowercase the lines (auto: as the checkpoint's training data)",
-    "reverse_checkpoint": "a model trained target -> source: align both directions and symmetrize",
+    "reverse_checkpoint": "a model trained target -> source (or [A,B,...]): align both directions and symmetrize",
     "combine": "product|mean: combine the two directions' soft alignments before extracting (needs "
                "reverse_checkpoint)",
     "direction_method": "with reverse_checkpoint: the extraction of each direction before symmetrizing",
@@ -120,11 +121,28 @@ def parse_args(argv: Sequence[str]) -> dict:
     if not 0 < opts["threshold"] <= 1:
         raise UsageError(f"threshold={opts['threshold']}: give an attention mass in (0, 1] (method=threshold links "
                          "the word pairs with at least that mass)")
+    opts["checkpoints"] = checkpoint_list("checkpoint", opts["checkpoint"])
+    opts["reverse_checkpoints"] = (checkpoint_list("reverse_checkpoint", opts["reverse_checkpoint"])
+                                   if opts["reverse_checkpoint"] else [])
     _resolve_method(opts)
     _check_head(opts)
     _check_outputs(opts)
     opts["ignored"] = ignored_settings(given, opts)
     return opts
+
+
+def checkpoint_list(key: str, text: str) -> list[str]:
+    """The models of ``key=text``: one path, or a bracketed list ``[A,B,...]`` (an ensemble, as translate.py takes it).
+
+    Raises:
+        UsageError: an unclosed bracket or an empty member.
+    """
+    if not text.startswith("["):
+        return [text]
+    members = [member.strip().strip("'\"") for member in text.removeprefix("[").removesuffix("]").split(",")]
+    if not text.endswith("]") or not all(members):
+        raise UsageError(f"{key}={text}: write one model, or an ensemble as {key}=[RUN_A,RUN_B] (no empty member)")
+    return members
 
 
 def ignored_settings(given: dict[str, str], opts: dict) -> list[str]:
@@ -164,8 +182,9 @@ def _check_head(opts: dict) -> None:
     if opts["head"] == "best" and not opts["gold"]:
         raise UsageError("head=best chooses the head with the lowest AER on the first half of a gold set: add "
                          "gold=FILE (Pharaoh links, one line per sentence pair)")
-    if opts["head"] != "mean" and opts["reverse_checkpoint"]:
-        raise UsageError(f"head={opts['head']} chooses among one model's heads; with reverse_checkpoint use head=mean")
+    if opts["head"] != "mean" and (opts["reverse_checkpoint"] or len(opts["checkpoints"]) > 1):
+        raise UsageError(f"head={opts['head']} chooses among one model's heads; with reverse_checkpoint or an "
+                         "ensemble use head=mean")
 
 
 def _key_values(argv: Sequence[str]) -> dict[str, str]:
@@ -220,7 +239,9 @@ def _resolve_method(opts: dict) -> None:
 def _check_outputs(opts: dict) -> None:
     """Refuse an ``out=`` or ``matrices=`` (with the ``.jsonl`` and ``.heads.npz`` written beside it) that is a
     file this command reads, or each other: writing it would replace that file."""
-    read = {Path(opts[k]).resolve(): k for k in ("src", "tgt", "gold", "checkpoint", "reverse_checkpoint") if opts[k]}
+    read = {Path(opts[k]).resolve(): k for k in ("src", "tgt", "gold") if opts[k]}
+    read.update({Path(path).resolve(): key for key in ("checkpoint", "reverse_checkpoint")
+                 for path in opts[key + "s"]})
     written = {Path(opts["out"]).resolve(): "out"}
     if opts["matrices"]:
         npz = Path(opts["matrices"])

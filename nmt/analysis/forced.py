@@ -15,7 +15,8 @@ columns, mean over its target rows), then linked per target word (``argmax_targe
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,7 @@ from nmt.analysis.symmetrize import combine_directions
 from nmt.data.batches import collate
 from nmt.data.normalize import Normalizer
 from nmt.data.tokenizer import PAD_ID, Tokenizer, fits_other_side
+from nmt.decoding.ensemble import Ensemble, load_ensemble
 from nmt.decoding.search import log_probs
 from nmt.decoding.translation import EMPTY, Translation
 from nmt.decoding.word_alignment import hard_alignment, merge_to_words
@@ -40,8 +42,11 @@ def force_align(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sources: list[str
     mode without gradients (:func:`nmt.models.precision.inference_context`). Sources are not cut (unlike
     ``translate``'s ``max_src_len``), so the columns always cover every source word.
 
+    An :class:`nmt.decoding.ensemble.Ensemble` (members of one subword model) aligns with each member in turn;
+    each line's alignment and score are then the means of the members' (its ``heads`` None).
+
     Args:
-        model: a :class:`nmt.models.decoder.Seq2Seq` (already on ``device``).
+        model: a :class:`nmt.models.decoder.Seq2Seq` or an Ensemble of them (already on ``device``).
         src_tok: its source tokenizer.
         tgt_tok: its target tokenizer; ``tgt_tok.encode`` gives the forced ids ``[T]`` ending in ``</s>``.
         sources: source lines, parallel to ``targets`` (detokenized or pre-tokenized text).
@@ -62,6 +67,9 @@ def force_align(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sources: list[str
                          "one target line per source line")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if isinstance(model, Ensemble):
+        return _averaged([force_align(member, src_tok, tgt_tok, sources, targets, batch_size, device)
+                          for member in model.models])
     model.eval()
     results: list[Translation] = [EMPTY] * len(sources)
     todo = [i for i in range(len(sources)) if sources[i].strip() and targets[i].strip()]
@@ -86,6 +94,14 @@ def force_align(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sources: list[str
                                                float(logp[b]), heads=None if heads is None else
                                                heads[b, :, :n_tgt, :n_src].numpy().astype(np.float32))
     return results
+
+
+def _averaged(each: list[list[Translation]]) -> list[Translation]:
+    """The ensemble's forced alignments: per line the first member's with the members' mean alignment and score."""
+    return [line if line is EMPTY else
+            replace(line, alignment=np.mean([r[i].alignment for r in each], axis=0).astype(np.float32),
+                    score=float(np.mean([r[i].score for r in each])), heads=None)
+            for i, line in enumerate(each[0])]
 
 
 def sharpen(matrix: np.ndarray, temperature: float) -> np.ndarray:
@@ -169,9 +185,11 @@ def swapped_sides(src_tok: Tokenizer, tgt_tok: Tokenizer, sources: list[str], ta
     return None
 
 
-def load_aligner(path: str | Path, device: str | torch.device = "cpu", lowercase: str = "auto"):
+def load_aligner(path: str | Path | Sequence[str | Path], device: str | torch.device = "cpu",
+                 lowercase: str = "auto"):
     """A model to align with, from a checkpoint or a run folder (the model its final evaluation scored, else
-    ``checkpoints/best.pt``: :func:`nmt.checkpoint.run_model`).
+    ``checkpoints/best.pt``: :func:`nmt.checkpoint.run_model`); a list of several is an ensemble
+    (:func:`nmt.decoding.ensemble.load_ensemble`: one direction and subword model; its settings those of the first).
 
     Returns:
         ``(model, src_tok, tgt_tok, prepare, (src_lang, tgt_lang))``; ``prepare(lines)`` applies the
@@ -179,9 +197,14 @@ def load_aligner(path: str | Path, device: str | torch.device = "cpu", lowercase
         lowercasing) when ``lowercase="auto"`` and it was on, always for ``"true"``, never for ``"false"``, so
         gold word positions stay valid.
     Raises:
-        FileNotFoundError / nmt.checkpoint.CheckpointError, as :func:`nmt.checkpoint.load`.
+        FileNotFoundError / nmt.checkpoint.CheckpointError, as :func:`nmt.checkpoint.load`, and ensemble members
+            of another direction or other subword models.
     """
-    model, cfg, src_tok, tgt_tok, _ = checkpoint.load(checkpoint.run_model(path), map_location=device)
+    paths = [path] if isinstance(path, (str, Path)) else list(path)
+    if len(paths) > 1:
+        model, cfg, src_tok, tgt_tok = load_ensemble(paths, device)
+    else:
+        model, cfg, src_tok, tgt_tok, _ = checkpoint.load(checkpoint.run_model(paths[0]), map_location=device)
     return (model, src_tok, tgt_tok, aligner_input(cfg.data, lowercase),
             (str(cfg.data.src_lang), str(cfg.data.tgt_lang)))
 

@@ -460,3 +460,34 @@ def test_combined_links_and_cli_keys():
                          (["reverse_checkpoint=r", "combine=mean", "method=union"], "combined matrix")]:
         with pytest.raises(UsageError, match=message):
             parse_args(["checkpoint=c", "src=s", "tgt=t", "out=o", *bad])
+
+
+# ------------------------------------------------------------------------------------------ ensembles of aligners
+
+def test_an_ensemble_of_aligners_averages_its_members_attention(compose_cfg, tmp_path_factory, trained, reverse,
+                                                                sources, references, tmp_path, capsys):
+    """checkpoint=[A,B]: each member aligns the text, the matrices are averaged, links come from the mean."""
+    other = _trained(compose_cfg, tmp_path_factory, ["seed=2"])  # same data and subwords, other weights
+    (tmp_path / "in.de").write_text("".join(s + "\n" for s in sources[:8]), encoding="utf-8")
+    (tmp_path / "in.en").write_text("".join(s + "\n" for s in references[:8]), encoding="utf-8")
+    common = [f"src={tmp_path / 'in.de'}", f"tgt={tmp_path / 'in.en'}", "device=cpu"]
+    assert main([f"checkpoint=[{trained[0]}, {other[0]}]", *common, f"out={tmp_path / 'e.align'}",
+                 f"matrices={tmp_path / 'e.npz'}"]) == 0
+    each = [force_align(m, tok_s, tok_t, sources[:8], references[:8]) for _, m, _, tok_s, tok_t in (trained, other)]
+    saved, written = np.load(tmp_path / "e.npz"), (tmp_path / "e.align").read_text(encoding="utf-8").splitlines()
+    differ = 0
+    for i, (a, b) in enumerate(zip(*each)):
+        mean = (a.alignment + b.alignment) / 2
+        np.testing.assert_allclose(saved[str(i)], mean, atol=1e-6)
+        assert written[i] == pharaoh_line(mean, a.src_pieces, a.hyp_pieces)
+        differ += pharaoh_line(a.alignment, a.src_pieces, a.hyp_pieces) != written[i]
+    assert differ > 0  # the second member changed some links: it was not ignored
+    capsys.readouterr()
+    # a member of the other direction, and head= on an ensemble, are refused by name
+    assert main([f"checkpoint=[{trained[0]},{reverse[0]}]", *common, f"out={tmp_path / 'x.align'}"]) == 1
+    assert "an ensemble needs one direction" in capsys.readouterr().err
+    for bad, message in [("checkpoint=[a,b]", "ensemble use head=mean"), ("checkpoint=[a,", "no empty member")]:
+        with pytest.raises(UsageError, match=message):
+            parse_args([bad, "src=s", "tgt=t", "out=o", *(["head=0"] if "b]" in bad else [])])
+    assert parse_args(["checkpoint=[a, b]", "src=s", "tgt=t", "out=o", "reverse_checkpoint=[c,d]",
+                       "combine=product"])["reverse_checkpoints"] == ["c", "d"]

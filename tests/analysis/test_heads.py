@@ -148,7 +148,7 @@ def test_parse_args_head_and_gold():
     assert opts["head"] == "best" and opts["gold"] == "g" and opts["gold_one_based"] is True
     assert parse_args([*base, "head=3"])["head"] == 3
     for bad, message in [(["head=best"], "add gold=FILE"), (["head=first"], "0-based head index"),
-                         (["head=1", "reverse_checkpoint=r"], "with reverse_checkpoint use head=mean"),
+                         (["head=1", "reverse_checkpoint=r"], "with reverse_checkpoint or an ensemble use head=mean"),
                          (["gold_one_based=yes"], "valid: true, false")]:
         with pytest.raises(UsageError, match=message):
             parse_args([*base, *bad])
