@@ -13,6 +13,7 @@ from nmt.models.build import build_model
 from nmt.models.multihead import MultiHead
 from nmt.models.positional import LocalM, Location
 from nmt.settings import TRAIN_PATHS, absolute_paths
+from nmt.training.checks import check_settings
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 ATTENTIONS = sorted(p.stem for p in (CONF / "attention").glob("*.yaml"))
@@ -222,6 +223,24 @@ def test_the_joint_aligner_preset_is_align_en_fr_with_biases_and_agreement(compo
     for cfg in (joint, plain):
         del cfg["attention"], cfg["train"]["agreement"], cfg["eval"]["gold"]["method"]
     assert joint == plain
+
+
+def test_the_annealing_preset_is_the_documented_second_stage(compose_cfg):
+    """align_en_fr_anneal is align_en_fr_joint with the command line of docs/alignment.md's annealed x30 pair."""
+    from omegaconf import OmegaConf
+
+    h = "${oc.env:NMT_DATA_DIR,data}/align_enfr_hansards"
+    command = ["+experiment=align_en_fr_joint", "train.init=runs/en_fr", "train.lr=0.0005",
+               "train.lr_scheduler=budget", "train.lr_decay_start=0", "train.max_steps=600", "train.valid_every=200",
+               (f"data.extra_train=[{{paths: {{en: '{h}/test.e.gz', fr: '{h}/test.f.gz'}}, repeat: 30, "
+               f"pretokenized: true}}, {{paths: {{en: '{h}/dev.e.gz', fr: '{h}/dev.f.gz'}}, repeat: 30, "
+               "pretokenized: true}]")]
+    preset = compose_cfg(["+experiment=align_en_fr_anneal", "train.init=runs/en_fr"])
+    command.append("requires=[train.init]")  # what the preset adds: the run refuses to start without train.init
+    assert OmegaConf.to_container(preset, resolve=True) == OmegaConf.to_container(compose_cfg(command), resolve=True)
+    with pytest.raises(ValueError, match=r"train.init is not set, and this preset requires it: add train.init=RUN"):
+        check_settings(compose_cfg(["+experiment=align_en_fr_anneal"]))
+    check_settings(preset)
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)

@@ -100,6 +100,22 @@ def check_numbers(cfg) -> None:
             raise ValueError(f"{key}={value} must be below 1{HINTS.get(key, '')}")
 
 
+def check_required(cfg) -> None:
+    """Refuse a run that leaves out a setting its preset ``requires`` (dotted keys, e.g. ``train.init`` for a
+    second stage that continues a trained model).
+
+    Raises:
+        ValueError: naming the first such setting and what to add to the command line.
+    """
+    for key in cfg.get("requires") or []:
+        value = cfg
+        for part in str(key).split("."):
+            value = value.get(part) if hasattr(value, "get") else None
+        if value in (None, ""):
+            what = "RUN (the run folder or checkpoint to continue from)" if key == "train.init" else "..."
+            raise ValueError(f"{key} is not set, and this preset requires it: add {key}={what} to the command line")
+
+
 def check_settings(cfg) -> None:
     """Every check of a training configuration that needs no corpus: the numbers (:func:`check_numbers`), the
     learning-rate schedule (:func:`nmt.training.schedule.check_schedule`), the decoding settings
@@ -109,9 +125,11 @@ def check_settings(cfg) -> None:
     (:func:`nmt.training.guided.check_guided`).
 
     Raises:
-        ValueError: naming the first setting that is refused (also ``train.init`` with ``train.resume``).
+        ValueError: naming the first setting that is refused (also ``train.init`` with ``train.resume``, and a
+            setting the preset ``requires`` left unset: :func:`check_required`).
         FileNotFoundError / nmt.data.textio.TextFileError: a file of ``eval.gold`` missing or unreadable, naming it.
     """
+    check_required(cfg)
     check_numbers(cfg)
     check_schedule(cfg.train)
     check_decoding(cfg.decode.beam_size, 1, "decode.beam_size", cfg.decode)
