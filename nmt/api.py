@@ -78,7 +78,8 @@ class Translator:
         Raises:
             FileNotFoundError, nmt.models.checkpoint.CheckpointError: a missing or unusable checkpoint, named,
                 and ensemble members of other subwords or another direction.
-            ValueError: an unknown device, CUDA on a machine without it, threads below 1, an unknown combine.
+            ValueError: an unknown device, CUDA on a machine without it, threads below 1, an unknown combine, an
+                empty list.
         """
         set_threads(threads)
         chosen = pick_device(device)

@@ -103,3 +103,5 @@ def test_a_list_of_checkpoints_is_an_ensemble(run, translator):
         assert a.score == pytest.approx(b.score, rel=1e-6, abs=1e-6)
     with pytest.raises(ValueError, match="'max' is not one of prob, loglinear"):
         nmt.Translator.load([best, best], device="cpu", combine="max")
+    with pytest.raises(ValueError, match="an ensemble needs at least one checkpoint"):
+        nmt.Translator.load([], device="cpu")

@@ -44,7 +44,7 @@ SETTINGS = {  # key -> what it is, for --help (the values are checked by parse_a
     "src": "source sentences, one per line (whitespace words: the gold set's word positions)",
     "tgt": "target sentences, parallel to src",
     "out": "the Pharaoh links to write, one line per sentence pair",
-    "matrices": "also save the soft alignments: FILE.npz (and FILE.jsonl with the pieces)",
+    "matrices": "also save the (forward) soft alignments: FILE.npz (and FILE.jsonl with the pieces)",
     "method": "link extraction (argmax_target, the default|argmax_source|threshold|mutual_argmax), also with "
               "reverse_checkpoint and combine=; with reverse_checkpoint alone, the symmetrization "
               "(grow-diag-final-and, the default|intersection|union|grow-diag|grow-diag-final)",
@@ -56,7 +56,8 @@ SETTINGS = {  # key -> what it is, for --help (the values are checked by parse_a
     "combine": "product|mean: combine the two directions' soft alignments before extracting (needs "
                "reverse_checkpoint)",
     "direction_method": "with reverse_checkpoint: the extraction of each direction before symmetrizing",
-    "head": "mean|INDEX|best: which head of a multi-head model (best: the lowest AER on the first half of gold=)",
+    "head": "mean|INDEX|best: which head of a multi-head model (best: the lowest AER on the first half of gold=); "
+            "one model only",
     "gold": "gold Pharaoh links: prints the AER of the written links (and chooses head=best)",
     "gold_one_based": "true|false: the gold positions count from 1",
     "max_dropped": "the share of gold links out of range beyond which no AER is printed (default 0.05; 1: always)",
@@ -132,17 +133,46 @@ def parse_args(argv: Sequence[str]) -> dict:
 
 
 def checkpoint_list(key: str, text: str) -> list[str]:
-    """The models of ``key=text``: one path, or a bracketed list ``[A,B,...]`` (an ensemble, as translate.py takes it).
+    """The models of ``key=text``: one path, or a bracketed list ``[A,B,...]`` (an ensemble, as translate.py takes
+    it). A path, or a member, in single or double quotes is taken as it is inside them (commas, ``=`` and spaces
+    included).
 
     Raises:
-        UsageError: an unclosed bracket or an empty member.
+        UsageError: an unclosed bracket or quote, or an empty member.
     """
     if not text.startswith("["):
-        return [text]
-    members = [member.strip().strip("'\"") for member in text.removeprefix("[").removesuffix("]").split(",")]
-    if not text.endswith("]") or not all(members):
-        raise UsageError(f"{key}={text}: write one model, or an ensemble as {key}=[RUN_A,RUN_B] (no empty member)")
+        return [_unquoted(text)]
+    if not text.endswith("]"):
+        raise UsageError(f"{key}={text}: the list is not closed; write {key}=[RUN_A,RUN_B] as one argument (quote "
+                         "it if a path has spaces)")
+    members = _split_members(text[1:-1])
+    if members is None or not all(members):
+        raise UsageError(f"{key}={text}: write one model, or an ensemble as {key}=[RUN_A,RUN_B] (no empty member, "
+                         "quotes closed)")
     return members
+
+
+def _split_members(inner: str) -> list[str] | None:
+    """The comma-separated members of a list's inside, quotes removed (a quoted member keeps its commas); None
+    for an unclosed quote."""
+    members, current, quote = [], "", None
+    for char in inner + ",":
+        if quote:
+            quote, current = (None, current) if char == quote else (quote, current + char)
+        elif char in "'\"" and not current.strip():
+            quote, current = char, ""
+        elif char == ",":
+            members.append(current.strip())
+            current = ""
+        else:
+            current += char
+    return None if quote else members
+
+
+def _unquoted(path: str) -> str:
+    """``path`` without one pair of matching outer quotes."""
+    path = path.strip()
+    return path[1:-1] if len(path) >= 2 and path[0] == path[-1] and path[0] in "'\"" else path
 
 
 def ignored_settings(given: dict[str, str], opts: dict) -> list[str]:
@@ -197,6 +227,10 @@ def _key_values(argv: Sequence[str]) -> dict[str, str]:
             name = key.lstrip("-").replace("-", "_")
             raise UsageError(f"argument {arg!r}: settings are written key=value, here {name}=...")
         if not sep or not key:
+            open_list = [k for k, v in given.items() if v.startswith("[") and not v.endswith("]")]
+            if open_list:  # checkpoint=[A, B] unquoted: the shell made two arguments of it
+                raise UsageError(f"argument {arg!r} is the rest of {open_list[-1]}=: write the list without spaces, "
+                                 f"{open_list[-1]}=[RUN_A,RUN_B], or quote it")
             raise UsageError(f"argument {arg!r} is not key=value; valid keys: {', '.join(KEYS)}")
         if key not in KEYS:
             close = difflib.get_close_matches(key, KEYS, n=2, cutoff=0.7)

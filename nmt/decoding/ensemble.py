@@ -111,8 +111,10 @@ def load_ensemble(paths: list[str | Path], device: str | torch.device = "cpu", c
     Raises:
         FileNotFoundError / CheckpointError: an unreadable checkpoint (named), and a member whose SentencePiece
             models or translation direction differ from the first member's.
-        ValueError: an unknown ``combine``.
+        ValueError: an unknown ``combine``, or no paths.
     """
+    if not paths:
+        raise ValueError("an ensemble needs at least one checkpoint or run folder; the list is empty")
     files = [checkpoint.run_model(p) for p in paths]
     loaded = [checkpoint.load(f, device) for f in files]
     _, first_cfg, src_tok, tgt_tok, first_payload = loaded[0]

@@ -486,8 +486,13 @@ def test_an_ensemble_of_aligners_averages_its_members_attention(compose_cfg, tmp
     # a member of the other direction, and head= on an ensemble, are refused by name
     assert main([f"checkpoint=[{trained[0]},{reverse[0]}]", *common, f"out={tmp_path / 'x.align'}"]) == 1
     assert "an ensemble needs one direction" in capsys.readouterr().err
-    for bad, message in [("checkpoint=[a,b]", "ensemble use head=mean"), ("checkpoint=[a,", "no empty member")]:
+    files = ["src=s", "tgt=t", "out=o"]
+    for bad, message in [(["checkpoint=[a,b]", "head=0"], "ensemble use head=mean"),
+                         (["checkpoint=[a,"], "the list is not closed"), (["checkpoint=[a,]"], "no empty member"),
+                         (["checkpoint=['a,b]"], "quotes closed"),
+                         (["checkpoint=[a,", "b]"], "'b]' is the rest of checkpoint=: write the list without spaces")]:
         with pytest.raises(UsageError, match=message):
-            parse_args([bad, "src=s", "tgt=t", "out=o", *(["head=0"] if "b]" in bad else [])])
-    assert parse_args(["checkpoint=[a, b]", "src=s", "tgt=t", "out=o", "reverse_checkpoint=[c,d]",
-                       "combine=product"])["reverse_checkpoints"] == ["c", "d"]
+            parse_args([*bad, *files])
+    opts = parse_args(["checkpoint=[a, 'r,x']", *files, "reverse_checkpoint=['c d',d]", "combine=product"])
+    assert (opts["checkpoints"], opts["reverse_checkpoints"]) == (["a", "r,x"], ["c d", "d"])
+    assert parse_args(["checkpoint='runs/lr=1'", *files])["checkpoints"] == ["runs/lr=1"]  # quoted as for Hydra
