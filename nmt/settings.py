@@ -102,6 +102,14 @@ def differences(before, now, prefix: str) -> list[tuple[str, object, object]]:
     return [] if same_setting(before, now) else [(prefix, before, now)]
 
 
+def setting_at(cfg, key: str, default=None):
+    """The value at the dotted ``key`` of a config (or a plain mapping), ``default`` where a part of it is absent."""
+    value = cfg
+    for part in key.split("."):
+        value = value.get(part, default) if value is not default and hasattr(value, "get") else default
+    return value
+
+
 def same_setting(before, now) -> bool:
     """Equal setting values, absolute paths compared as the files they name (``/a/../b/c`` and ``/b/c``, a link
     and its target), inside lists and mappings too (``data.extra_train``)."""

@@ -8,6 +8,7 @@ import logging
 import math
 
 from nmt.decoding.options import check_decoding
+from nmt.settings import setting_at
 from nmt.training.ema import DECAY_MEANING
 from nmt.training.gold import load_gold
 from nmt.training.guided import check_guided
@@ -73,9 +74,7 @@ def check_numbers(cfg) -> None:
         ValueError: naming the key, the value given and what it takes.
     """
     for key, (whole, low, nullable) in NUMERIC_SETTINGS.items():
-        value = cfg
-        for part in key.split("."):
-            value = value.get(part, ...) if value is not ... else ...
+        value = setting_at(cfg, key, ...)
         if value is ... or (value is None and nullable):
             continue
         kind = "a whole number" if whole else "a number"
@@ -108,10 +107,7 @@ def check_required(cfg) -> None:
         ValueError: naming the first such setting and what to add to the command line.
     """
     for key in cfg.get("requires") or []:
-        value = cfg
-        for part in str(key).split("."):
-            value = value.get(part) if hasattr(value, "get") else None
-        if value in (None, ""):
+        if setting_at(cfg, str(key)) in (None, ""):
             what = "RUN (the run folder or checkpoint to continue from)" if key == "train.init" else "..."
             raise ValueError(f"{key} is not set, and this preset requires it: add {key}={what} to the command line")
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import numbers
 from pathlib import Path
 
+from nmt.settings import setting_at
+
 TRAIN_EVERY = 10  # steps between the training scalars
 
 # the gold-set figures of a validation record (eval.gold, nmt.training.gold) -> their TensorBoard tags; an
@@ -45,9 +47,7 @@ def check_available(enabled: bool) -> None:
 
 def _setting(cfg, key: str):
     """The config value at a dotted key, as TensorBoard takes it (a number, a string or a bool)."""
-    value = cfg
-    for part in key.split("."):
-        value = value.get(part) if value is not None and hasattr(value, "get") else None
+    value = setting_at(cfg, key)
     if isinstance(value, str) and key.endswith("_target_"):
         value = value.rsplit(".", 1)[-1]
     return value if isinstance(value, (bool, numbers.Number, str)) else str(value)
