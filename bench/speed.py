@@ -47,6 +47,7 @@ from nmt.data.batches import encode_pairs, iterate_batches
 from nmt.data.corpus import Parallel, load_splits
 from nmt.decoding.translation import translate
 from nmt.models import checkpoint
+from nmt.models.allocator import reuse_freed_memory
 from nmt.models.build import build_model
 from nmt.models.precision import Precision, check_precision
 from nmt.training.schedule import make_optimizer
@@ -63,13 +64,14 @@ def peak_rss_gb() -> float:
 
 
 def gemm_rate(m: int, k: int, n: int, seconds: float = 2.0) -> float:
-    """Measured fp32 matrix-product rate in GFLOP/s for ``[m, k] x [k, n]`` (2mkn FLOPs per product)."""
-    a, b = torch.randn(m, k), torch.randn(k, n)
+    """Measured fp32 matrix-product rate in GFLOP/s for ``[m, k] x [k, n]`` (2mkn FLOPs per product), into one
+    preallocated output: the product alone, not the allocator's cost of a fresh ``[m, n]`` block each time."""
+    a, b, c = torch.randn(m, k), torch.randn(k, n), torch.empty(m, n)
     for _ in range(3):
-        a @ b
+        torch.mm(a, b, out=c)
     count, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
-        a @ b
+        torch.mm(a, b, out=c)
         count += 1
     return 2 * m * k * n * count / (time.perf_counter() - start) / 1e9
 
@@ -263,9 +265,11 @@ def main() -> None:
     if args.decode_only and (not args.checkpoint or args.scaling):
         parser.error("--decode-only needs --checkpoint (the model to decode) and excludes --scaling")
     torch.set_num_threads(args.threads)
+    allocator = reuse_freed_memory()  # as train.py and translate.py do; NMT_MALLOC=default to compare
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=[f"threads={args.threads}", "device=cpu", *args.overrides])
     report: dict = {"overrides": args.overrides, "threads": args.threads, "torch": torch.__version__,
+                    "allocator": allocator,
                     "precision": run_precision(cfg).name,
                     "gemm_gflops": {"1200x512x8000": gemm_rate(1200, 512, 8000), "64x512x1536": gemm_rate(64, 512, 1536)},
                     "config": OmegaConf.to_container(cfg.model), "rounds": []}
@@ -289,7 +293,8 @@ def summarize(report: dict, peer_name: str | None) -> None:
         1, sum(key in r.get(who, {}) for r in rounds))
     last = rounds[-1]["ours"]
     gemm = report["gemm_gflops"]["1200x512x8000"]
-    print(f"\nGEMM fp32: {gemm:.1f} GFLOP/s (1200x512x8000), "
+    print(f"\nmemory: {report['allocator']}")
+    print(f"GEMM fp32: {gemm:.1f} GFLOP/s (1200x512x8000), "
           f"{report['gemm_gflops']['64x512x1536']:.1f} GFLOP/s (64x512x1536)")
     if "train_tgt_tokens_per_sec" in last:  # not with --decode-only
         rate = mean("ours", "train_tgt_tokens_per_sec")

@@ -33,6 +33,7 @@ from speed import ROOT, gemm_rate, load_corpus, run_precision  # bench/ is the s
 from torch.profiler import ProfilerActivity, profile
 
 from nmt.data.batches import encode_pairs, iterate_batches
+from nmt.models.allocator import reuse_freed_memory
 from nmt.models.build import build_model
 from nmt.training.schedule import make_optimizer
 from nmt.training.step import train_step
@@ -110,6 +111,7 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of conf/train.yaml")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    allocator = reuse_freed_memory()  # as train.py does; NMT_MALLOC=default to compare
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=[f"threads={args.threads}", "device=cpu", *args.overrides])
     torch.manual_seed(cfg.seed)
@@ -129,10 +131,11 @@ def main() -> None:
             train_step(model, optimizer, batch, cfg.train, precision=run)
         wall = time.perf_counter() - start
     report = {"overrides": args.overrides, "threads": args.threads, "precision": run.name, "torch": torch.__version__,
+              "allocator": allocator,
               "gemm_gflops_fp32": gemm_rate(1200, 512, 8000),
               **breakdown(prof.key_averages(group_by_input_shape=True), wall, args.steps)}
     print(f"{args.steps} training steps ({run.name}, {args.threads} threads): {report['ms_per_step']:.0f} ms per step "
-          "(wall time, the profiler's own cost included)")
+          f"(wall time, the profiler's own cost included); memory: {allocator}")
     for group, figures in report["groups"].items():
         print(f"  {group:<52} {figures['ms_per_step']:7.1f} ms  {100 * figures['share']:5.1f}%")
     print(f"matrix products ran at {report['products_gflops']:.1f} GFLOP/s; one large fp32 product "

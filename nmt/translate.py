@@ -25,6 +25,7 @@ from nmt.decoding.options import check_decoding, decoding_settings
 from nmt.decoding.scoring import score
 from nmt.decoding.translation import at_length_limit, translate_nbest
 from nmt.models import checkpoint
+from nmt.models.allocator import reuse_freed_memory
 from nmt.models.device import pick_device, set_threads
 from nmt.models.precision import Precision, check_precision
 from nmt.settings import (
@@ -118,6 +119,7 @@ def run(cfg: DictConfig, stage: dict | None = None) -> None:
     stage["now"] = "loading"
     absolute_paths(cfg, TRANSLATE_PATHS)
     set_threads(cfg.threads)
+    reuse_freed_memory()
     device = pick_device(cfg.device)
     precision = check_precision(cfg.precision, device, "precision")  # auto -> fp32 or bf16
     beam_size, n_best = check_outputs(cfg)

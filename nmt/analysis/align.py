@@ -58,6 +58,7 @@ from nmt.commandline import prog_name
 from nmt.data.textio import atomic_write, counted, read_lines
 from nmt.decoding.artifacts import save_alignments
 from nmt.decoding.word_alignment import to_pharaoh
+from nmt.models.allocator import reuse_freed_memory
 from nmt.models.device import pick_device, set_threads
 
 
@@ -74,6 +75,7 @@ def run(opts: dict) -> tuple[list[str], list[str], list[str]]:
             missing or unusable.
     """
     set_threads(opts.get("threads"))
+    reuse_freed_memory()
     device = pick_device(opts["device"])
     sources, targets = read_lines(opts["src"]), read_lines(opts["tgt"])
     if len(sources) != len(targets):

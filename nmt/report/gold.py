@@ -19,6 +19,7 @@ from nmt.analysis.forced import force_align, links, load_aligner, sharpen, word_
 from nmt.analysis.gold import AlignmentFormatError, Alignments, AlignmentWarning, read_alignments
 from nmt.data.textio import TextFileError, read_lines
 from nmt.decoding.word_alignment import merge_to_words
+from nmt.models.allocator import reuse_freed_memory
 from nmt.models.device import pick_device, set_threads
 from nmt.report.attention import Panel, diagonal_distance, row_entropy
 from nmt.report.runs import ReportError, Run
@@ -128,6 +129,7 @@ def score_gold(runs: list[Run], options: GoldOptions, indices: list[int]) -> Gol
     sources, targets, gold, notes = read_gold(options)
     try:
         set_threads(options.threads)
+        reuse_freed_memory()
         device = pick_device(options.device)
     except ValueError as err:
         raise ReportError(str(err)) from None

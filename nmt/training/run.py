@@ -21,6 +21,7 @@ from nmt.data.batches import encode_pairs
 from nmt.data.corpus import Parallel, load_splits
 from nmt.data.store import cached_store
 from nmt.data.stream import TrainStream, corpus_settings, train_stream
+from nmt.models.allocator import reuse_freed_memory
 from nmt.models.build import build_model
 from nmt.models.device import pick_device, set_threads
 from nmt.models.precision import Precision, check_precision
@@ -68,6 +69,7 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = (), dist: Dis
     check_settings(cfg)  # before the corpus and tokenizers: a bad setting fails at once
     torch.manual_seed(cfg.seed)
     set_threads(cfg.get("threads"))
+    memory = reuse_freed_memory()
     device = device or pick_device(cfg.device)
     precision = training_precision(cfg.train, device, dist)
     if not dist.is_main:  # rank 0 trains the subwords or copies the checkpoint's files first
@@ -85,6 +87,7 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = (), dist: Dis
     optimizer, scheduler = make_optimizer(trained, cfg)
     ema = moving_average(cfg.train, model, payload)
     log_start(cfg, model, device, len(train_pairs), run_dir, ema is not None, dist)
+    log.info("memory: %s", memory)
     progress = Progress(world_size=dist.world_size) if payload is None else \
         restore(payload, optimizer, scheduler, cfg.train, dist)
     forward = data_parallel(trained, dist, device)
