@@ -197,9 +197,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     for note in notes:
         print(note, file=sys.stderr)
     print(f"wrote {opts['out']}: {counted(len(lines), 'sentence pair')}, "
-          f"{counted(sum(len(line.split()) for line in lines), 'link')}"
+          f"{counted(sum(len(line.split()) for line in lines), 'link')}{members(opts)}"
           + (f"; matrices in {opts['matrices']}" if opts["matrices"] else ""), file=sys.stderr)
     return 0
+
+
+def members(opts: dict) -> str:
+    """``" by an ensemble of 2 models and 2 reverse models"``, or ``""`` for single models."""
+    forward, reverse = len(opts["checkpoints"]), len(opts["reverse_checkpoints"])
+    if max(forward, reverse) < 2:
+        return ""
+    return f" by an ensemble of {counted(forward, 'model')}" + (
+        f" and {counted(reverse, 'reverse model')}" if reverse else "")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nmt.analysis.align import UsageError, main, parse_args
+from nmt.analysis.align import UsageError, main, members, parse_args
 from nmt.analysis.forced import combined_links, force_align, links, sharpen, swapped_sides
 from nmt.analysis.symmetrize import combine_directions, symmetrize
 from nmt.data.textio import read_lines
@@ -482,7 +482,9 @@ def test_an_ensemble_of_aligners_averages_its_members_attention(compose_cfg, tmp
         assert written[i] == pharaoh_line(mean, a.src_pieces, a.hyp_pieces)
         differ += pharaoh_line(a.alignment, a.src_pieces, a.hyp_pieces) != written[i]
     assert differ > 0  # the second member changed some links: it was not ignored
-    capsys.readouterr()
+    said = capsys.readouterr().err
+    assert f"wrote {tmp_path / 'e.align'}: 8 sentence pairs, " in said
+    assert " links by an ensemble of 2 models; matrices in " in said
     # a member of the other direction, and head= on an ensemble, are refused by name
     assert main([f"checkpoint=[{trained[0]},{reverse[0]}]", *common, f"out={tmp_path / 'x.align'}"]) == 1
     assert "an ensemble needs one direction" in capsys.readouterr().err
@@ -496,3 +498,6 @@ def test_an_ensemble_of_aligners_averages_its_members_attention(compose_cfg, tmp
     opts = parse_args(["checkpoint=[a, 'r,x']", *files, "reverse_checkpoint=['c d',d]", "combine=product"])
     assert (opts["checkpoints"], opts["reverse_checkpoints"]) == (["a", "r,x"], ["c d", "d"])
     assert parse_args(["checkpoint='runs/lr=1'", *files])["checkpoints"] == ["runs/lr=1"]  # quoted as for Hydra
+    assert members({"checkpoints": ["a", "b"], "reverse_checkpoints": ["c", "d"]}) == \
+        " by an ensemble of 2 models and 2 reverse models"
+    assert members({"checkpoints": ["a"], "reverse_checkpoints": ["c"]}) == ""
