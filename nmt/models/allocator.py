@@ -12,7 +12,8 @@ peaks.
 
 Nothing is changed where the user chose the allocator (``LD_PRELOAD`` of jemalloc, tcmalloc or mimalloc,
 ``GLIBC_TUNABLES`` with malloc settings, glibc's ``MALLOC_*_`` variables), where the C library is not glibc
-(macOS, Windows, musl), or with ``NMT_MALLOC=default`` in the environment.
+(macOS, Windows, musl), or with ``NMT_MALLOC=default`` in the environment (``NMT_MALLOC=reuse``, or no value,
+tunes it; any other value leaves it alone and says so).
 """
 
 from __future__ import annotations
@@ -31,10 +32,14 @@ _done: str | None = None
 
 
 def user_choice(environ=os.environ) -> str | None:
-    """The reason to leave the allocator as it is (a sentence), or None: ``NMT_MALLOC=default``, an allocator
-    in ``LD_PRELOAD``, or malloc settings in ``GLIBC_TUNABLES`` or glibc's ``MALLOC_*_`` variables."""
-    if environ.get("NMT_MALLOC", "").lower() == "default":
+    """The reason to leave the allocator as it is (a phrase), or None: ``NMT_MALLOC=default`` (or a value other
+    than ``reuse``), an allocator in ``LD_PRELOAD``, or malloc settings in ``GLIBC_TUNABLES`` or glibc's
+    ``MALLOC_*_`` variables."""
+    chosen = environ.get("NMT_MALLOC", "")
+    if chosen.lower() == "default":
         return "NMT_MALLOC=default"
+    if chosen and chosen.lower() != "reuse":
+        return f"NMT_MALLOC={chosen} is neither 'default' nor 'reuse'"
     preload = environ.get("LD_PRELOAD", "")
     if "malloc" in preload:
         return f"LD_PRELOAD={preload}"

@@ -52,6 +52,7 @@ def test_freed_blocks_are_reused_without_page_faults():
 
 @pytest.mark.parametrize("env, reason", [
     ({"NMT_MALLOC": "Default"}, "NMT_MALLOC=default"),
+    ({"NMT_MALLOC": "jemalloc"}, "NMT_MALLOC=jemalloc is neither 'default' nor 'reuse'"),
     ({"LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"}, "LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"),
     ({"LD_PRELOAD": "libtcmalloc_minimal.so.4"}, "LD_PRELOAD=libtcmalloc_minimal.so.4"),
     ({"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=0"}, "GLIBC_TUNABLES sets malloc"),
@@ -64,6 +65,7 @@ def test_a_users_own_allocator_settings_are_left_alone(env, reason):
 
 def test_other_settings_do_not_stop_the_tuning():
     assert user_choice({"LD_PRELOAD": "libfoo.so", "GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2", "NMT_MALLOC": ""}) is None
+    assert user_choice({"NMT_MALLOC": "Reuse"}) is None
 
 
 def test_the_answer_is_given_once_per_process():
