@@ -47,6 +47,7 @@ from __future__ import annotations
 import sys
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 
 from nmt.analysis.aer import aer, check_dropped, dropped_summary, position_warning
 from nmt.analysis.align_args import REQUIRED, USAGE, UsageError, help_text, parse_args  # noqa: F401 (public here)
@@ -185,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         usage = USAGE.replace("python -m nmt.align", prog, 1)
         print(f"{prog}: error: {err}\n{usage}\n({prog} --help lists the settings)", file=sys.stderr)
         return 2
-    for ignored in opts["ignored"]:
+    for ignored in opts["ignored"] + repeated_members(opts):
         print(f"warning: {ignored}", file=sys.stderr)
     try:
         lines, warnings, notes = run(opts)
@@ -203,13 +204,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def members(opts: dict) -> str:
-    """``" by an ensemble of 2 models and 2 reverse models"``, or ``""`` for single models."""
+    """``" by an ensemble of 2 models and one reverse model"`` and the like, or ``""`` for single models."""
     forward, reverse = len(opts["checkpoints"]), len(opts["reverse_checkpoints"])
     if max(forward, reverse) < 2:
         return ""
-    return f" by an ensemble of {counted(forward, 'model')}" + (
-        f" and {counted(reverse, 'reverse model')}" if reverse else "")
+    said = [f"an ensemble of {n} {kind}s" if n > 1 else f"one {kind}"
+            for n, kind in ((forward, "model"), (reverse, "reverse model")) if n]
+    return " by " + " and ".join(said)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def repeated_members(opts: dict) -> list[str]:
+    """A warning for each model an ensemble names more than once (it weighs that many times in the average)."""
+    said = []
+    for key in ("checkpoint", "reverse_checkpoint"):
+        paths = [Path(member).resolve() for member in opts[key + "s"]]
+        for i, (member, path) in enumerate(zip(opts[key + "s"], paths)):
+            times = paths.count(path)
+            if times > 1 and paths.index(path) == i:  # once per repeated model
+                said.append(f"{key}= names {member} {times} times: it weighs {times}x in the average")
+    return said

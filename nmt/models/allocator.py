@@ -10,10 +10,11 @@ threshold to 256 MB with ``mallopt(3)``, so freed blocks stay in the heap and ar
 process is unchanged (the blocks were in use at the peak anyway), a process holds at most 256 MB more between its
 peaks.
 
-Nothing is changed where the user chose the allocator (``LD_PRELOAD`` of jemalloc, tcmalloc or mimalloc,
-``GLIBC_TUNABLES`` with malloc settings, glibc's ``MALLOC_*_`` variables), where the C library is not glibc
-(macOS, Windows, musl), or with ``NMT_MALLOC=default`` in the environment (``NMT_MALLOC=reuse``, or no value,
-tunes it; any other value leaves it alone and says so).
+``NMT_MALLOC=reuse`` (or no value) asks for it, ``NMT_MALLOC=default`` keeps glibc as it comes; any other value is
+refused with a ValueError. Nothing is changed where the process's ``malloc`` is not glibc's (jemalloc, tcmalloc or
+mimalloc through ``LD_PRELOAD``; macOS, Windows, musl), and, unless ``NMT_MALLOC=reuse`` says otherwise, where
+the user set glibc's thresholds (``MALLOC_TRIM_THRESHOLD_``, ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TOP_PAD_``,
+``MALLOC_MMAP_MAX_``, or their ``glibc.malloc.*`` names in ``GLIBC_TUNABLES``).
 """
 
 from __future__ import annotations
@@ -25,28 +26,44 @@ import os
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's <malloc.h>
 MMAP_THRESHOLD = 32 * 1024 * 1024  # glibc's upper limit for M_MMAP_THRESHOLD on 64-bit systems
 TRIM_THRESHOLD = 256 * 1024 * 1024
-GLIBC_ENV = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_",
-             "MALLOC_ARENA_MAX")
+THRESHOLDS = ("TRIM_THRESHOLD", "MMAP_THRESHOLD", "TOP_PAD", "MMAP_MAX")  # glibc's MALLOC_<name>_ variables
 
 _done: str | None = None
 
 
 def user_choice(environ=os.environ) -> str | None:
-    """The reason to leave the allocator as it is (a phrase), or None: ``NMT_MALLOC=default`` (or a value other
-    than ``reuse``), an allocator in ``LD_PRELOAD``, or malloc settings in ``GLIBC_TUNABLES`` or glibc's
-    ``MALLOC_*_`` variables."""
-    chosen = environ.get("NMT_MALLOC", "")
-    if chosen.lower() == "default":
+    """The reason to leave glibc's thresholds as they are (a phrase), or None to tune them.
+
+    Raises:
+        ValueError: ``NMT_MALLOC`` set to anything but ``default`` or ``reuse`` (a typo would silently cost speed).
+    """
+    chosen = environ.get("NMT_MALLOC", "").strip().lower()
+    if chosen not in ("", "default", "reuse"):
+        raise ValueError(f"NMT_MALLOC={environ['NMT_MALLOC']}: use NMT_MALLOC=reuse (keep freed memory for the "
+                         "next step, the default) or NMT_MALLOC=default (glibc's malloc as it comes)")
+    if chosen == "default":
         return "NMT_MALLOC=default"
-    if chosen and chosen.lower() != "reuse":
-        return f"NMT_MALLOC={chosen} is neither 'default' nor 'reuse'"
-    preload = environ.get("LD_PRELOAD", "")
-    if "malloc" in preload:
-        return f"LD_PRELOAD={preload}"
-    if "glibc.malloc" in environ.get("GLIBC_TUNABLES", ""):
-        return "GLIBC_TUNABLES sets malloc"
-    named = [name for name in GLIBC_ENV if name in environ]
-    return f"{named[0]} is set" if named else None
+    if chosen == "reuse":
+        return None
+    named = [f"MALLOC_{name}_" for name in THRESHOLDS if f"MALLOC_{name}_" in environ]
+    tunables = environ.get("GLIBC_TUNABLES", "")
+    named += [f"GLIBC_TUNABLES {name.lower()}" for name in THRESHOLDS if f"glibc.malloc.{name.lower()}" in tunables]
+    return f"{named[0]} is set; NMT_MALLOC=reuse overrides it" if named else None
+
+
+def glibc_malloc() -> tuple[ctypes.CDLL | None, str]:
+    """glibc, when the process's ``malloc`` is glibc's, and its version; else None and what malloc is instead."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.gnu_get_libc_version.restype = ctypes.c_char_p
+        version = libc.gnu_get_libc_version().decode()
+        process_malloc = ctypes.cast(ctypes.CDLL(None).malloc, ctypes.c_void_p).value
+    except (OSError, AttributeError, TypeError):
+        return None, "the C library is not glibc"
+    if process_malloc != ctypes.cast(libc.malloc, ctypes.c_void_p).value:
+        preload = os.environ.get("LD_PRELOAD")
+        return None, "malloc is not glibc's" + (f", LD_PRELOAD={preload}" if preload else "")
+    return libc, version
 
 
 def reuse_freed_memory() -> str:
@@ -54,26 +71,23 @@ def reuse_freed_memory() -> str:
     later calls return the first answer.
 
     Returns:
-        what was done, a short phrase for the log: ``"glibc malloc: ..."`` or why nothing was changed.
-    Raises nothing: a C library without ``mallopt`` is left alone.
+        what was done, a short phrase for the log: ``"glibc 2.36 malloc: ..."`` or why nothing was changed.
+    Raises:
+        ValueError: ``NMT_MALLOC`` set to anything but ``default`` or ``reuse``, at every call until it is fixed.
     """
     global _done
-    if _done is not None:
-        return _done
-    reason = user_choice()
-    if reason:
-        _done = f"allocator left as chosen ({reason})"
-        return _done
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.gnu_get_libc_version.restype = ctypes.c_char_p
-        version = libc.gnu_get_libc_version().decode()
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        _done = "allocator left as it is (not glibc)"
-        return _done
-    if not (mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)):
-        _done = f"allocator left as it is (glibc {version} refused mallopt)"
-        return _done
-    _done = f"glibc {version} malloc: freed blocks up to 32 MB reused, heap trimmed above 256 MB free"
+    if _done is None:
+        _done = _tune()
     return _done
+
+
+def _tune() -> str:
+    reason = user_choice()  # raises on a bad NMT_MALLOC before anything else
+    if reason:
+        return f"allocator left as chosen ({reason})"
+    libc, version = glibc_malloc()
+    if libc is None:
+        return f"allocator left as it is ({version})"
+    if not (libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) and libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)):
+        return f"allocator left as it is (glibc {version} refused mallopt)"
+    return f"glibc {version} malloc: freed blocks up to 32 MB reused, heap trimmed above 256 MB free"

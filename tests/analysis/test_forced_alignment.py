@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nmt.analysis.align import UsageError, main, members, parse_args
+from nmt.analysis.align import UsageError, main, members, parse_args, repeated_members
 from nmt.analysis.forced import combined_links, force_align, links, sharpen, swapped_sides
 from nmt.analysis.symmetrize import combine_directions, symmetrize
 from nmt.data.textio import read_lines
@@ -499,5 +499,10 @@ def test_an_ensemble_of_aligners_averages_its_members_attention(compose_cfg, tmp
     assert (opts["checkpoints"], opts["reverse_checkpoints"]) == (["a", "r,x"], ["c d", "d"])
     assert parse_args(["checkpoint='runs/lr=1'", *files])["checkpoints"] == ["runs/lr=1"]  # quoted as for Hydra
     assert members({"checkpoints": ["a", "b"], "reverse_checkpoints": ["c", "d"]}) == \
-        " by an ensemble of 2 models and 2 reverse models"
+        " by an ensemble of 2 models and an ensemble of 2 reverse models"
+    assert members({"checkpoints": ["a"], "reverse_checkpoints": ["c", "d"]}) == \
+        " by one model and an ensemble of 2 reverse models"
+    assert members({"checkpoints": ["a", "b"], "reverse_checkpoints": []}) == " by an ensemble of 2 models"
     assert members({"checkpoints": ["a"], "reverse_checkpoints": ["c"]}) == ""
+    twice = {"checkpoints": ["runs/a", "runs/b", "./runs/a/"], "reverse_checkpoints": ["r"]}
+    assert repeated_members(twice) == ["checkpoint= names runs/a 2 times: it weighs 2x in the average"]

@@ -52,20 +52,48 @@ def test_freed_blocks_are_reused_without_page_faults():
 
 @pytest.mark.parametrize("env, reason", [
     ({"NMT_MALLOC": "Default"}, "NMT_MALLOC=default"),
-    ({"NMT_MALLOC": "jemalloc"}, "NMT_MALLOC=jemalloc is neither 'default' nor 'reuse'"),
-    ({"LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"}, "LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"),
-    ({"LD_PRELOAD": "libtcmalloc_minimal.so.4"}, "LD_PRELOAD=libtcmalloc_minimal.so.4"),
-    ({"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=0"}, "GLIBC_TUNABLES sets malloc"),
-    ({"MALLOC_ARENA_MAX": "2"}, "MALLOC_ARENA_MAX is set"),
-    ({"MALLOC_TRIM_THRESHOLD_": "0"}, "MALLOC_TRIM_THRESHOLD_ is set"),
+    ({"MALLOC_TRIM_THRESHOLD_": "0"}, "MALLOC_TRIM_THRESHOLD_ is set; NMT_MALLOC=reuse overrides it"),
+    ({"MALLOC_MMAP_MAX_": "0"}, "MALLOC_MMAP_MAX_ is set; NMT_MALLOC=reuse overrides it"),
+    ({"GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2:glibc.malloc.top_pad=0"},
+     "GLIBC_TUNABLES top_pad is set; NMT_MALLOC=reuse overrides it"),
 ])
-def test_a_users_own_allocator_settings_are_left_alone(env, reason):
+def test_a_users_own_thresholds_are_left_alone(env, reason):
     assert user_choice(env) == reason
 
 
-def test_other_settings_do_not_stop_the_tuning():
-    assert user_choice({"LD_PRELOAD": "libfoo.so", "GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2", "NMT_MALLOC": ""}) is None
-    assert user_choice({"NMT_MALLOC": "Reuse"}) is None
+def test_other_settings_do_not_stop_the_tuning_and_reuse_overrides_the_thresholds():
+    unrelated = {"MALLOC_ARENA_MAX": "2", "MALLOC_CHECK_": "0", "GLIBC_TUNABLES": "glibc.malloc.arena_max=2",
+                 "NMT_MALLOC": ""}
+    assert user_choice(unrelated) is None
+    assert user_choice({"NMT_MALLOC": " Reuse ", "MALLOC_TRIM_THRESHOLD_": "0"}) is None
+
+
+def test_a_misspelt_nmt_malloc_is_refused_by_name():
+    with pytest.raises(ValueError, match="NMT_MALLOC=resue: use NMT_MALLOC=reuse .* or NMT_MALLOC=default"):
+        user_choice({"NMT_MALLOC": "resue"})
+
+
+def test_train_py_refuses_a_misspelt_nmt_malloc_in_one_line(repo_root, tmp_path):
+    env = {**os.environ, "NMT_MALLOC": "resue"}
+    proc = subprocess.run([sys.executable, str(repo_root / "train.py"), "device=cpu"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("train.py: error: NMT_MALLOC=resue: use NMT_MALLOC=reuse")
+    assert not (tmp_path / "outputs").exists()  # refused before the run folder was used
+
+
+JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+
+
+@pytest.mark.skipif(not os.path.exists(JEMALLOC), reason="needs jemalloc (apt-get install libjemalloc2; .ci/run does)")
+def test_a_preloaded_allocator_is_found_by_its_malloc_not_by_its_name(tmp_path):
+    """jemalloc under a name without 'malloc' in it: the process's malloc is not glibc's, nothing is changed."""
+    renamed = tmp_path / "libje.so.2"
+    renamed.symlink_to(JEMALLOC)
+    said = subprocess.run([sys.executable, "-c", "from nmt.models.allocator import reuse_freed_memory as r; print(r())"],
+                          env={**os.environ, "LD_PRELOAD": str(renamed), "NMT_MALLOC": "reuse"}, capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert said == f"allocator left as it is (malloc is not glibc's, LD_PRELOAD={renamed})"
 
 
 def test_the_answer_is_given_once_per_process():
