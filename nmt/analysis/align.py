@@ -223,3 +223,7 @@ def repeated_members(opts: dict) -> list[str]:
             if times > 1 and paths.index(path) == i:  # once per repeated model
                 said.append(f"{key}= names {member} {times} times: it weighs {times}x in the average")
     return said
+
+
+if __name__ == "__main__":
+    sys.exit(main())

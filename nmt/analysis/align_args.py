@@ -20,8 +20,8 @@ from nmt.decoding.word_alignment import METHODS
 
 USAGE = ("usage: python -m nmt.align checkpoint=PATH|[PATH,...] src=FILE tgt=FILE out=FILE.align [matrices=FILE.npz] "
          "[method=argmax_target|argmax_source|threshold|mutual_argmax] [threshold=0.3] [shift=0] [temperature=1.0] "
-         "[lowercase=auto|true|false] [reverse_checkpoint=PATH method=grow-diag-final-and|intersection|union|"
-         "grow-diag|grow-diag-final direction_method=argmax_target | reverse_checkpoint=PATH combine=product|mean] "
+         "[lowercase=auto|true|false] [reverse_checkpoint=PATH|[PATH,...] method=grow-diag-final-and|intersection|union|"
+         "grow-diag|grow-diag-final direction_method=argmax_target | reverse_checkpoint=PATH|[PATH,...] combine=product|mean] "
          "[head=mean|INDEX|best] [gold=FILE.pharaoh [gold_one_based=false] [max_dropped=0.05]] [batch_size=64] [device=auto] "
          "[threads=N]")
 
