@@ -265,7 +265,7 @@ def main() -> None:
     if args.decode_only and (not args.checkpoint or args.scaling):
         parser.error("--decode-only needs --checkpoint (the model to decode) and excludes --scaling")
     torch.set_num_threads(args.threads)
-    allocator = reuse_freed_memory()  # as train.py and translate.py do; NMT_MALLOC=default to compare
+    allocator = reuse_freed_memory()  # NMT_MALLOC=reuse to measure glibc tuned, as train.py would then be
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=[f"threads={args.threads}", "device=cpu", *args.overrides])
     report: dict = {"overrides": args.overrides, "threads": args.threads, "torch": torch.__version__,

@@ -10,11 +10,12 @@ threshold to 256 MB with ``mallopt(3)``, so freed blocks stay in the heap and ar
 process is unchanged (the blocks were in use at the peak anyway), a process holds at most 256 MB more between its
 peaks.
 
-``NMT_MALLOC=reuse`` (or no value) asks for it, ``NMT_MALLOC=default`` keeps glibc as it comes; any other value is
-refused with a ValueError. Nothing is changed where the process's ``malloc`` is not glibc's (jemalloc, tcmalloc or
-mimalloc through ``LD_PRELOAD``; macOS, Windows, musl), and, unless ``NMT_MALLOC=reuse`` says otherwise, where
-the user set glibc's thresholds (``MALLOC_TRIM_THRESHOLD_``, ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TOP_PAD_``,
-``MALLOC_MMAP_MAX_``, or their ``glibc.malloc.*`` names in ``GLIBC_TUNABLES``).
+It is off unless asked for, with ``NMT_MALLOC=reuse`` in the environment: in ``bench/speed.py`` it gave 6.5% more
+training tokens/s, but in a 1,500-step ``train.py`` run, where glibc's own adaptive threshold faulted 4 times as
+often but spent only 2% of the time in the kernel, the tuned run was not faster (docs/benchmarks.md).
+``NMT_MALLOC=default`` or no value keeps glibc as it comes; any other value is refused with a ValueError. Nothing
+is changed where the process's ``malloc`` is not glibc's (jemalloc, tcmalloc or mimalloc through ``LD_PRELOAD``;
+macOS, Windows, musl).
 """
 
 from __future__ import annotations
@@ -26,29 +27,21 @@ import os
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's <malloc.h>
 MMAP_THRESHOLD = 32 * 1024 * 1024  # glibc's upper limit for M_MMAP_THRESHOLD on 64-bit systems
 TRIM_THRESHOLD = 256 * 1024 * 1024
-THRESHOLDS = ("TRIM_THRESHOLD", "MMAP_THRESHOLD", "TOP_PAD", "MMAP_MAX")  # glibc's MALLOC_<name>_ variables
 
 _done: str | None = None
 
 
 def user_choice(environ=os.environ) -> str | None:
-    """The reason to leave glibc's thresholds as they are (a phrase), or None to tune them.
+    """The reason to leave glibc's malloc as it is (a phrase), or None to tune it (``NMT_MALLOC=reuse``).
 
     Raises:
-        ValueError: ``NMT_MALLOC`` set to anything but ``default`` or ``reuse`` (a typo would silently cost speed).
+        ValueError: ``NMT_MALLOC`` set to anything but ``default`` or ``reuse``.
     """
     chosen = environ.get("NMT_MALLOC", "").strip().lower()
     if chosen not in ("", "default", "reuse"):
         raise ValueError(f"NMT_MALLOC={environ['NMT_MALLOC']}: use NMT_MALLOC=reuse (keep freed memory for the "
-                         "next step, the default) or NMT_MALLOC=default (glibc's malloc as it comes)")
-    if chosen == "default":
-        return "NMT_MALLOC=default"
-    if chosen == "reuse":
-        return None
-    named = [f"MALLOC_{name}_" for name in THRESHOLDS if f"MALLOC_{name}_" in environ]
-    tunables = environ.get("GLIBC_TUNABLES", "")
-    named += [f"GLIBC_TUNABLES {name.lower()}" for name in THRESHOLDS if f"glibc.malloc.{name.lower()}" in tunables]
-    return f"{named[0]} is set; NMT_MALLOC=reuse overrides it" if named else None
+                         "next step) or NMT_MALLOC=default (glibc's malloc as it comes, the default)")
+    return None if chosen == "reuse" else "NMT_MALLOC=reuse not set"
 
 
 def glibc_malloc() -> tuple[ctypes.CDLL | None, str]:
@@ -67,8 +60,8 @@ def glibc_malloc() -> tuple[ctypes.CDLL | None, str]:
 
 
 def reuse_freed_memory() -> str:
-    """Tune glibc's malloc for a process of repeated same-sized tensors (see the module's text); once per process,
-    later calls return the first answer.
+    """With ``NMT_MALLOC=reuse``, tune glibc's malloc for a process of repeated same-sized tensors (see the
+    module's text); once per process, later calls return the first answer.
 
     Returns:
         what was done, a short phrase for the log: ``"glibc 2.36 malloc: ..."`` or why nothing was changed.
@@ -84,7 +77,7 @@ def reuse_freed_memory() -> str:
 def _tune() -> str:
     reason = user_choice()  # raises on a bad NMT_MALLOC before anything else
     if reason:
-        return f"allocator left as chosen ({reason})"
+        return f"glibc's malloc as it comes ({reason})"
     libc, version = glibc_malloc()
     if libc is None:
         return f"allocator left as it is ({version})"
