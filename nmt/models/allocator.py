@@ -77,7 +77,7 @@ def reuse_freed_memory() -> str:
 def _tune() -> str:
     reason = user_choice()  # raises on a bad NMT_MALLOC before anything else
     if reason:
-        return f"glibc's malloc as it comes ({reason})"
+        return f"malloc as it comes ({reason})"
     libc, version = glibc_malloc()
     if libc is None:
         return f"allocator left as it is ({version})"
