@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's <malloc.h>
 MMAP_THRESHOLD = 32 * 1024 * 1024  # glibc's upper limit for M_MMAP_THRESHOLD on 64-bit systems
 TRIM_THRESHOLD = 256 * 1024 * 1024
-
-_done: str | None = None
 
 
 def user_choice(environ=os.environ) -> str | None:
@@ -59,6 +58,7 @@ def glibc_malloc() -> tuple[ctypes.CDLL | None, str]:
     return libc, version
 
 
+@functools.cache  # a ValueError is not cached: every call raises until NMT_MALLOC is fixed
 def reuse_freed_memory() -> str:
     """With ``NMT_MALLOC=reuse``, tune glibc's malloc for a process of repeated same-sized tensors (see the
     module's text); once per process, later calls return the first answer.
@@ -68,13 +68,6 @@ def reuse_freed_memory() -> str:
     Raises:
         ValueError: ``NMT_MALLOC`` set to anything but ``default`` or ``reuse``, at every call until it is fixed.
     """
-    global _done
-    if _done is None:
-        _done = _tune()
-    return _done
-
-
-def _tune() -> str:
     reason = user_choice()  # raises on a bad NMT_MALLOC before anything else
     if reason:
         return f"malloc as it comes ({reason})"
