@@ -28,7 +28,13 @@ from nmt.settings import (
     refuse_unknown_settings,
     save_hydra_record,
 )
-from nmt.training.distributed import Distributed, DistributedError, init_distributed, reports_shared_errors
+from nmt.training.distributed import (
+    Distributed,
+    DistributedError,
+    init_distributed,
+    reports_shared_errors,
+    wait_for_the_reporting_rank,
+)
 from nmt.training.lock import RunFolderBusy, RunLock, lock_run_folder
 from nmt.training.resume import RunMismatch, check_run_folder
 from nmt.training.run import train
@@ -159,7 +165,7 @@ def main(cfg: DictConfig) -> float:
         if sweep:
             report_sweep_job_error(f"{err}{rank}")
         if not isinstance(err, DistributedError) and not reports_shared_errors(dist.rank):
-            sys.exit(1)  # the same setting or file error as another rank's, which says it
+            wait_for_the_reporting_rank()  # the same setting or file error as another rank's, which says it
         sys.exit(f"{PROG}: error{rank}: {err}")
     finally:
         if lock is not None:

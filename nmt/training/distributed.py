@@ -18,6 +18,7 @@ import datetime
 import gc
 import logging
 import os
+import time
 from dataclasses import dataclass
 
 import torch
@@ -163,3 +164,13 @@ def reports_shared_errors(rank: int) -> bool:
     if dist.is_initialized():
         return rank == 0
     return os.environ.get("LOCAL_RANK", "0") == "0" or "TORCHELASTIC_RUN_ID" not in os.environ
+
+
+def wait_for_the_reporting_rank(seconds: float = 30.0) -> None:
+    """On a rank that leaves a shared error to another (:func:`reports_shared_errors` is False), before it
+    exits: wait up to ``seconds`` so that the reporting rank prints the error first. torchrun ends every worker
+    as soon as one fails, so a silent rank that exited at once could have the reporting rank ended before its
+    message was out; torchrun ends this wait when that rank exits. A caller still running afterwards says the
+    error itself (no other rank did). Returns at once outside torchrun."""
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        time.sleep(seconds)

@@ -171,6 +171,20 @@ def test_bad_launch_settings_are_refused_before_any_work(tmp_path, settings, mes
     assert not run_dir.exists() or not any(run_dir.iterdir())  # what Hydra made for the command is removed
 
 
+
+def test_a_silent_rank_gives_the_reporting_rank_time_to_print_only_under_torchrun(monkeypatch):
+    # torchrun ends every worker once one fails: a rank that left the error to rank 0 and exited at once could
+    # end rank 0 before its message was out (seen as a torchrun failure with no reason printed)
+    from nmt.training import distributed
+    slept = []
+    monkeypatch.setattr(distributed.time, "sleep", slept.append)
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    distributed.wait_for_the_reporting_rank()
+    assert slept == []
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "run")
+    distributed.wait_for_the_reporting_rank(5.0)
+    assert slept == [5.0]
+
 def test_world_size_without_a_rendezvous_is_refused(tmp_path):
     env = {**ENV, "WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}
     env.pop("MASTER_ADDR", None), env.pop("MASTER_PORT", None)
