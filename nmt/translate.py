@@ -15,7 +15,6 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from nmt.analysis.plot import plot_npz
 from nmt.data.normalize import Normalizer
 from nmt.data.textio import TextFileError, check_writable, counted, read_lines, write_error, write_together
 from nmt.data.tokenizer import fits_other_side
@@ -214,6 +213,7 @@ def draw_plots(cfg: DictConfig, results: list) -> None:
     Raises:
         nmt.data.textio.WriteError: naming the picture that could not be written (the outputs are in place).
     """
+    from nmt.analysis.plot import plot_npz  # matplotlib (half a second) only when plots= is given
     try:
         with warnings.catch_warnings(record=True) as caught:  # one log line each, not Python's two
             warnings.simplefilter("always")

@@ -9,7 +9,6 @@ import logging
 import time
 from pathlib import Path
 
-from nmt.analysis.plot import plot_npz
 from nmt.data.corpus import Parallel
 from nmt.data.textio import write_error
 from nmt.decoding.artifacts import save_results
@@ -86,6 +85,7 @@ def final_evaluation(cfg, splits: dict[str, Parallel], run_dir: Path, device, be
             results.setdefault("bleu_signature", scores["bleu_signature"])
             log.info("%s %s: %s", split, name, scores["bleu_detail"])
     if cfg.eval.plots and "test" in splits:
+        from nmt.analysis.plot import plot_npz  # matplotlib (half a second) only for a run that draws
         try:
             plot_npz(run_dir / "eval" / "test.alignments.npz", range(min(cfg.eval.plots, len(splits["test"]))),
                      run_dir / "plots")
