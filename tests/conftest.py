@@ -39,6 +39,28 @@ def repo_root() -> Path:
     return REPO_ROOT
 
 
+def load_bench_script(name: str):
+    """The module of ``bench/<name>.py``, loaded from its file (bench/ is not a package; its scripts import their
+    neighbour speed.py, so bench/ is on ``sys.path`` while it loads)."""
+    import importlib.util
+    import sys
+
+    sys.path.insert(0, str(REPO_ROOT / "bench"))
+    try:
+        spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO_ROOT / "bench" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(REPO_ROOT / "bench"))
+    return module
+
+
+@pytest.fixture(scope="session")
+def bench_script():
+    """``bench_script("speed")``: the module of a benchmark script (:func:`load_bench_script`)."""
+    return load_bench_script
+
+
 @pytest.fixture(scope="session")
 def multi30k_dir() -> Path:
     """``$NMT_DATA_DIR/multi30k``; fails with a usage message when the raw Multi30k files are not there."""

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
 
 @pytest.fixture(scope="module")
-def speed(repo_root):
-    spec = importlib.util.spec_from_file_location("bench_speed", repo_root / "bench" / "speed.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def speed(bench_script):
+    return bench_script("speed")
 
 
 def test_flops_of_the_default_model(speed, compose_cfg):

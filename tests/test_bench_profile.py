@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 from types import SimpleNamespace
 
 import pytest
 
 
 @pytest.fixture(scope="module")
-def step_profile(repo_root):
-    import sys
-
-    sys.path.insert(0, str(repo_root / "bench"))  # the script imports its neighbour speed.py
-    try:
-        spec = importlib.util.spec_from_file_location("bench_step_profile", repo_root / "bench" / "step_profile.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(repo_root / "bench"))
-    return module
+def step_profile(bench_script):
+    return bench_script("step_profile")
 
 
 @pytest.mark.parametrize("name, shapes, flops", [

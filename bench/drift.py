@@ -1,0 +1,102 @@
+"""Does a run's training speed drift, and is it validation that slows the steps after it?
+
+    NMT_DATA_DIR=../shared/corpora python bench/drift.py                     # plan TTTVTTVTTT, en->de preset
+    NMT_DATA_DIR=../shared/corpora python bench/drift.py --plan TTVTT +experiment=multi30k_de_en
+
+Trains the same ``--block`` batches once per ``T`` of ``--plan`` (so every block does identical work and only the
+process's state differs) and runs a validation like train.py's (teacher-forced loss, then greedy BLEU on the
+validation set) at each ``V``. After each block it prints target tokens/s, user and kernel CPU seconds, minor page
+faults, resident memory, and the share of subnormal numbers (below 1.2e-38, slow on x86 unless flushed to zero) in
+Adam's moment estimates. ``--flush`` sets ``torch.set_flush_denormal(True)`` for comparison. Run it alone: 2 cores
+are easily disturbed, and the machine's own speed drifts over minutes, so repeat the plan before reading a trend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+from pathlib import Path
+
+import torch
+from hydra import compose, initialize_config_dir
+from speed import ROOT, load_corpus, run_precision  # bench/ is the script's folder, so on sys.path
+
+from nmt.data.batches import encode_pairs, iterate_batches
+from nmt.decoding.scoring import greedy_bleu
+from nmt.models.allocator import reuse_freed_memory
+from nmt.models.build import build_model
+from nmt.training.schedule import make_optimizer
+from nmt.training.step import train_step
+from nmt.training.subwords import prepare_tokenizers
+from nmt.training.validation import validation_loss
+
+
+def resident_gb() -> float:
+    """This process's resident memory now (VmRSS), GB."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        return int(status.read().split("VmRSS:")[1].split()[0]) / 1e6
+
+
+def subnormal_share(optimizer: torch.optim.Optimizer) -> float:
+    """Share of Adam's ``exp_avg`` and ``exp_avg_sq`` entries that are nonzero and below float32's smallest
+    normal number."""
+    total = subnormal = 0
+    for state in optimizer.state.values():
+        for key in ("exp_avg", "exp_avg_sq"):
+            moment = state[key]
+            total += moment.numel()
+            subnormal += int(((moment != 0) & (moment.abs() < torch.finfo(torch.float32).tiny)).sum())
+    return subnormal / max(total, 1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--plan", default="TTTVTTVTTT", help="T: train the block of batches; V: validate")
+    parser.add_argument("--block", type=int, default=150, help="batches per T (default 150)")
+    parser.add_argument("--warmup", type=int, default=20, help="untimed steps first (default 20)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--flush", action="store_true", help="flush subnormal numbers to zero")
+    parser.add_argument("--work", default="/tmp/nmt_speed", help="scratch folder (sentencepiece models)")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides of conf/train.yaml (default: the en->de preset)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(args.flush)
+    allocator = reuse_freed_memory()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("train", overrides=[f"threads={args.threads}", "device=cpu",
+                                          *(args.overrides or ["+experiment=multi30k_en_de"])])
+    torch.manual_seed(cfg.seed)
+    splits = load_corpus(cfg, "multi30k")
+    src_tok, tgt_tok = prepare_tokenizers(cfg.tokenizer, splits["train"],
+                                          Path(args.work) / f"spm_{cfg.data.src_lang}{cfg.data.tgt_lang}")
+    pairs = encode_pairs(splits["train"], src_tok, tgt_tok, cfg.data.max_len)
+    valid_pairs = encode_pairs(splits["valid"], src_tok, tgt_tok, cfg.data.max_len)
+    model = build_model(cfg.model, cfg.decoder, cfg.attention, len(src_tok), len(tgt_tok)).train()
+    optimizer, _ = make_optimizer(model, cfg)
+    batches = list(iterate_batches(pairs, cfg.train.batch_tokens, shuffle=True, seed=cfg.seed))
+    block, precision = batches[:args.block], run_precision(cfg)
+    tokens = sum(batch.num_tgt_tokens for batch in block)
+    for batch in batches[args.block:args.block + args.warmup]:
+        train_step(model, optimizer, batch, cfg.train, precision=precision)
+    print(f"{precision.name}, {args.threads} threads, flush to zero {args.flush}; memory: {allocator}; "
+          f"{len(block)} batches, {tokens} target tokens a block")
+    for number, what in enumerate(args.plan):
+        before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+        if what == "T":
+            for batch in block:
+                train_step(model, optimizer, batch, cfg.train, precision=precision)
+        else:
+            validation_loss(model, valid_pairs, cfg.train.batch_tokens, "cpu")
+            greedy_bleu(model, src_tok, tgt_tok, splits["valid"].src, splits["valid"].tgt, cfg.decode, "cpu",
+                        cfg.data.tgt_lang)
+            model.train()
+        seconds, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
+        rate = f"{tokens / seconds:6.0f} tok/s" if what == "T" else "validation  "
+        print(f"{number:2d} {what} {seconds:6.1f} s {rate}  user {after.ru_utime - before.ru_utime:5.1f} s  "
+              f"kernel {after.ru_stime - before.ru_stime:4.1f} s  faults {after.ru_minflt - before.ru_minflt:8d}  "
+              f"resident {resident_gb():.2f} GB  subnormal {subnormal_share(optimizer):.3%}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
