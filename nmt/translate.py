@@ -213,7 +213,7 @@ def draw_plots(cfg: DictConfig, results: list) -> None:
     Raises:
         nmt.data.textio.WriteError: naming the picture that could not be written (the outputs are in place).
     """
-    from nmt.analysis.plot import plot_npz  # matplotlib (half a second) only when plots= is given
+    from nmt.analysis.plot import plot_npz  # matplotlib is slow to import: only when plots= is given
     try:
         with warnings.catch_warnings(record=True) as caught:  # one log line each, not Python's two
             warnings.simplefilter("always")

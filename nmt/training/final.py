@@ -85,7 +85,7 @@ def final_evaluation(cfg, splits: dict[str, Parallel], run_dir: Path, device, be
             results.setdefault("bleu_signature", scores["bleu_signature"])
             log.info("%s %s: %s", split, name, scores["bleu_detail"])
     if cfg.eval.plots and "test" in splits:
-        from nmt.analysis.plot import plot_npz  # matplotlib (half a second) only for a run that draws
+        from nmt.analysis.plot import plot_npz  # matplotlib is slow to import: only for a run that draws
         try:
             plot_npz(run_dir / "eval" / "test.alignments.npz", range(min(cfg.eval.plots, len(splits["test"]))),
                      run_dir / "plots")
