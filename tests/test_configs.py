@@ -284,3 +284,10 @@ def test_training_paths_made_absolute(compose_cfg, tmp_path, monkeypatch):
     assert cfg.data.file == str(tmp_path / "pairs.txt")
     assert dict(cfg.data.extra_train[0].paths) == {"src": str(tmp_path / "more.src"), "tgt": str(tmp_path / "more.tgt")}
     assert cfg.data.extra_train[1].tsv == str(tmp_path / "sub" / "t.tsv")
+
+
+def test_a_side_to_sample_other_than_both_source_or_target_is_refused(compose_cfg):
+    """tokenizer.sample_side=src (the short name of another toolkit) is refused before any work, naming the choices."""
+    with pytest.raises(ValueError, match=r"tokenizer.sample_side=src: use both, source or target"):
+        check_settings(compose_cfg(["tokenizer.sample_side=src", "tokenizer.sample_alpha=0.1"]))
+    check_settings(compose_cfg(["tokenizer.sample_side=source", "tokenizer.sample_alpha=0.1"]))

@@ -20,12 +20,13 @@ log = logging.getLogger(__name__)
 
 
 def encode_pairs(split: Parallel, src_tok, tgt_tok, max_len: int | None = None, sample_alpha: float = 0.0,
-                 quiet: bool = False) -> list[tuple[list[int], list[int]]]:
+                 quiet: bool = False, sample_side: str = "both") -> list[tuple[list[int], list[int]]]:
     """Encode a training split to (src_ids, tgt_ids) pairs, both ending in EOS.
 
     Pairs with an empty (or whitespace-only) side are dropped as pairs, and so are pairs with either side
     longer than ``max_len`` subwords; both counts are logged (unless ``quiet``). ``sample_alpha > 0`` samples
-    the segmentations (subword regularization, see :meth:`nmt.data.tokenizer.Tokenizer.encode_batch`).
+    the segmentations (subword regularization, see :meth:`nmt.data.tokenizer.Tokenizer.encode_batch`) of the
+    sides that ``sample_side`` names (``both``, ``source`` or ``target``); the other side keeps its best one.
 
     Raises:
         DataError: if no pair is left.
@@ -33,8 +34,10 @@ def encode_pairs(split: Parallel, src_tok, tgt_tok, max_len: int | None = None, 
     keep = [i for i, (s, t) in enumerate(zip(split.src, split.tgt)) if s.strip() and t.strip()]
     if len(keep) < len(split) and not quiet:
         log.info("%s: dropped %d pairs with an empty side", split.name, len(split) - len(keep))
-    src = src_tok.encode_batch([split.src[i] for i in keep], sample_alpha=sample_alpha)
-    tgt = tgt_tok.encode_batch([split.tgt[i] for i in keep], sample_alpha=sample_alpha)
+    src_alpha = sample_alpha if sample_side in ("both", "source") else 0.0
+    tgt_alpha = sample_alpha if sample_side in ("both", "target") else 0.0
+    src = src_tok.encode_batch([split.src[i] for i in keep], sample_alpha=src_alpha)
+    tgt = tgt_tok.encode_batch([split.tgt[i] for i in keep], sample_alpha=tgt_alpha)
     pairs = [(s, t) for s, t in zip(src, tgt) if max_len is None or max(len(s), len(t)) <= max_len]
     if len(pairs) < len(src) and not quiet:
         log.info("%s: dropped %d pairs longer than max_len=%s subwords", split.name, len(src) - len(pairs), max_len)

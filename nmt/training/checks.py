@@ -127,6 +127,10 @@ def check_settings(cfg) -> None:
     """
     check_required(cfg)
     check_numbers(cfg)
+    side = cfg.tokenizer.get("sample_side") or "both"
+    if side not in ("both", "source", "target"):
+        raise ValueError(f"tokenizer.sample_side={side}: use both, source or target (the sides that "
+                         "tokenizer.sample_alpha segments anew)")
     check_schedule(cfg.train)
     check_decoding(cfg.decode.beam_size, 1, "decode.beam_size", cfg.decode)
     check_available(bool(cfg.train.get("tensorboard")))

@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 
 FROM_INIT = ("model", "attention", "decoder", "tokenizer")  # what a fine-tuning run takes from its checkpoint
 # ... but for these, which shape training and not the model: this run's
-RUN_OWN = ("model.dropout", "model.source_word_dropout", "model.target_word_dropout", "tokenizer.sample_alpha")
+RUN_OWN = ("model.dropout", "model.source_word_dropout", "model.target_word_dropout", "tokenizer.sample_alpha",
+           "tokenizer.sample_side")
 
 
 def init_checkpoint(path) -> Path:

@@ -219,7 +219,7 @@ def training_pairs(cfg, train: Parallel | TrainStream, toks) -> tuple:
     that gives the pairs of epoch e. From a stream: the memory-mapped token store of the corpus and these
     tokenizers (:func:`nmt.data.store.cached_store`, built once, by one rank, and reused by later runs). With
     ``tokenizer.sample_alpha`` > 0 (subword regularization, Kudo 2018; BPE-dropout, Provilkov et al. 2020): a
-    fresh sampled segmentation every epoch, seeded by ``seed + e``."""
+    fresh sampled segmentation every epoch of the sides ``tokenizer.sample_side`` names, seeded by ``seed + e``."""
     if isinstance(train, TrainStream):
         store = cached_store(cache_root(cfg), train.files, *toks, cfg.data.max_len,
                              lambda: (train.lines("src"), train.lines("tgt")), extra={"data": train.settings})
@@ -228,10 +228,11 @@ def training_pairs(cfg, train: Parallel | TrainStream, toks) -> tuple:
     alpha = cfg.tokenizer.get("sample_alpha") or 0.0
     if not alpha:
         return pairs, lambda epoch: pairs
+    side = cfg.tokenizer.get("sample_side") or "both"
     log.info("subword regularization: a fresh sampled segmentation of the training data every epoch "
-             "(tokenizer.sample_alpha=%s)", alpha)
+             "(tokenizer.sample_alpha=%s, tokenizer.sample_side=%s)", alpha, side)
 
     def epoch_pairs(epoch: int) -> list:
         spm.set_random_generator_seed(cfg.seed + epoch)
-        return encode_pairs(train, *toks, cfg.data.max_len, sample_alpha=alpha, quiet=True)
+        return encode_pairs(train, *toks, cfg.data.max_len, sample_alpha=alpha, quiet=True, sample_side=side)
     return pairs, epoch_pairs

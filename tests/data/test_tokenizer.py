@@ -127,6 +127,26 @@ def test_subword_sampling_round_trips_varies_and_is_seeded(tokenizer, small_spli
     assert sum(map(len, first)) > sum(map(len, best))
 
 
+@pytest.mark.parametrize("side", ["source", "target", "both"])
+def test_subword_sampling_of_one_side_keeps_the_best_segmentation_of_the_other(tokenizer, small_splits, side):
+    """tokenizer.sample_side: the side named is segmented anew, the other side of every pair is its best
+    segmentation (one tokenizer serves both sides of this joint model)."""
+    from nmt.data.batches import encode_pairs
+    from nmt.data.corpus import Parallel
+
+    train = small_splits["train"]
+    split = Parallel("train", train.src[:200], train.tgt[:200])
+    best = encode_pairs(split, tokenizer, tokenizer)
+    spm.set_random_generator_seed(3)
+    sampled = encode_pairs(split, tokenizer, tokenizer, sample_alpha=0.1, sample_side=side)
+    for index, name in enumerate(("source", "target")):
+        changed = sum(s[index] != b[index] for s, b in zip(sampled, best))
+        if side in (name, "both"):
+            assert changed > 50, f"{name}: only {changed} of 200 sentences got another segmentation"
+        else:
+            assert changed == 0, f"{name} was sampled with tokenizer.sample_side={side}"
+
+
 def test_subword_sampling_stays_inside_a_restricted_vocabulary(tokenizer, small_splits):
     """Sampling (tokenizer.sample_alpha) with tokenizer.restrict_vocab: the English side's sampled segmentations of
     English and of German text (the pieces German needs are the ones most often outside it) use kept pieces only,

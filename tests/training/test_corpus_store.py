@@ -26,6 +26,9 @@ def test_a_second_run_reuses_the_store_and_trains_the_same(compose_cfg, tmp_path
                      for run in ("first", "second"))
     for key, value in first.items():
         assert torch.equal(value, second[key]), key
-    # the in-memory path (subword regularization reads the text every epoch) still trains
-    train(compose_cfg([*TINY, *cache, "tokenizer.sample_alpha=0.1"]), tmp_path / "sampled")
+    # the in-memory path (subword regularization reads the text every epoch) still trains, here sampling the
+    # source side only
+    train(compose_cfg([*TINY, *cache, "tokenizer.sample_alpha=0.1", "tokenizer.sample_side=source"]),
+          tmp_path / "sampled")
+    assert "(tokenizer.sample_alpha=0.1, tokenizer.sample_side=source)" in caplog.text
     assert len(list((tmp_path / "cache" / "stores").iterdir())) == 1
