@@ -266,6 +266,13 @@ def unknown_setting(config_name: str, argv: list[str]) -> str | None:
     if any(o.is_sweep_override() for o in overrides):
         return None  # every job composes its own config; each is checked by Hydra then
     groups = {p.name for p in Path(config_dir()).iterdir() if p.is_dir()}
+    for o in overrides:  # a mistyped choice of a group (attention=dott, +experiment=...): Hydra's reply spans lines
+        group, value = o.key_or_group.split("@")[0], o.value()
+        choices = sorted(f.stem for f in (Path(config_dir()) / group).glob("*.yaml")) if group in groups else []
+        if choices and isinstance(value, str) and value not in choices:
+            close = difflib.get_close_matches(value, choices, n=2, cutoff=0.5)
+            return (f"no {group} named {value}" + (f" (did you mean {' or '.join(close)}?)" if close else "")
+                    + f"; the choices: {', '.join(choices)}")
     chosen = [a for a, o in zip([a for a in argv if "=" in a], overrides)
               if o.key_or_group.split("@")[0] in groups or o.is_add() or o.is_delete()]
     try:

@@ -109,13 +109,29 @@ def test_a_mistyped_setting_is_named_with_the_closest_ones(config, argv, message
     ("train", ["attention=additive,multihead", "attention.heads=8"]),  # a sweep: every job is Hydra's to check
     ("train", ["--help"]), ("train", ["-m", "train.max_minuts=5"]),
     ("train", ["+train.new_key=1"]),  # check_added_keys refuses it once Hydra has composed the config
-    ("train", ["attention=no_such_model"]),  # Hydra names the group and its options
     ("translate", ["checkpoint=x", "input=y", "output=z", "decode.beam_size=3"]),  # checkpoint: ??? in the config
 ])
 def test_settings_that_exist_or_that_hydra_checks_pass(config, argv):
     from nmt.settings import unknown_setting
 
     assert unknown_setting(config, argv) is None
+
+
+@pytest.mark.parametrize("config, argv, message", [
+    ("train", ["attention=dott"], ("no attention named dott (did you mean dot?); the choices: additive, "
+                                  "additive_biased, dot, general, local_m, local_p, location, multihead")),
+    ("train", ["threads=1", "+experiment=multi30k_de_e"], ("no experiment named multi30k_de_e (did you mean "
+                                                          "multi30k_de_en or ")),
+    ("translate", ["checkpoint=x", "input=y", "decode=beem"], ("no decode named beem (did you mean beam?); the "
+                                                              "choices: beam, greedy")),
+    ("train", ["data=no_such_corpus"], "no data named no_such_corpus; the choices: bitext, files, multi30k"),
+])
+def test_a_mistyped_choice_of_a_config_group_is_named_with_the_choices(config, argv, message):
+    """attention=dott: one line with the closest choices, where Hydra's own message spans several lines."""
+    from nmt.settings import unknown_setting
+
+    found = unknown_setting(config, argv)
+    assert found is not None and found.startswith(message), found
 
 
 def test_train_py_refuses_a_mistyped_setting_in_one_line(repo_root, tmp_path):
