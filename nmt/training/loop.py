@@ -12,6 +12,7 @@ import logging
 import math
 import shlex
 import signal
+import sys
 import time
 from collections import deque
 from pathlib import Path
@@ -221,13 +222,22 @@ def interrupted(cfg, model, optimizer, scheduler, toks, run_dir: Path, progress:
     dist.barrier("waiting for the other ranks after saving last.pt")
     last = (run_dir / "checkpoints" / "last.pt").resolve()
     keep = resume_overrides(overrides)
-    installed = command_name("train.py", "nmt-train") == "nmt-train"  # the same command as the one that ran
-    launcher = (f"torchrun --nproc_per_node {dist.world_size} {'-m nmt.train' if installed else 'train.py'}"
-                if dist.active else "nmt-train" if installed else "python train.py")
     command = shlex.join([*keep, override("train.resume", last), override("hydra.run.dir", run_dir.resolve())])
     log.warning("%s: stopped at step %d and saved %s. Resume with:\n  %s %s", name, progress.step, last,
-                launcher, command)
+                launcher(dist), command)
     return f"interrupted by {name}"
+
+
+def launcher(dist: Distributed) -> str:
+    """The start of the command that ran this training, for its printed resume command: ``nmt-train``,
+    ``python -m nmt.train`` or ``python PATH/train.py`` with the path as it was typed (so the command also works
+    from another folder), each after ``torchrun --nproc_per_node N`` (as ``-m nmt.train`` or the script) when
+    torchrun started it."""
+    installed = command_name("train.py", "nmt-train") == "nmt-train"
+    script = ["-m", "nmt.train"] if installed or Path(sys.argv[0]).parent.name == "nmt" else [sys.argv[0]]
+    if dist.active:
+        return f"torchrun --nproc_per_node {dist.world_size} {shlex.join(script)}"
+    return "nmt-train" if installed else f"python {shlex.join(script)}"
 
 
 def resume_overrides(overrides) -> list[str]:

@@ -121,3 +121,19 @@ def test_a_folder_without_a_checkpoint_is_refused(compose_cfg, tmp_path):
         train(compose_cfg([*TINY, "train.max_steps=1", f"train.init={tmp_path / 'empty'}"]), tmp_path / "run")
     with pytest.raises(FileNotFoundError, match="no such checkpoint"):
         train(compose_cfg([*TINY, "train.max_steps=1", f"train.init={tmp_path / 'nothing.pt'}"]), tmp_path / "run")
+
+
+@pytest.mark.parametrize("argv0, expected", [
+    ("train.py", "python train.py"), ("/work/nmt-checkout/train.py", "python /work/nmt-checkout/train.py"),
+    ("/usr/lib/python3/site-packages/nmt/train.py", "python -m nmt.train"), ("/usr/bin/nmt-train", "nmt-train"),
+    ("/home/my runs/train.py", "python '/home/my runs/train.py'"),
+])
+def test_the_resume_command_starts_as_the_interrupted_command_did(monkeypatch, argv0, expected):
+    """The printed resume command works from any folder: the script's path as typed, -m nmt.train, or nmt-train."""
+    import sys
+
+    from nmt.training.distributed import Distributed
+    from nmt.training.loop import launcher
+
+    monkeypatch.setattr(sys, "argv", [argv0, "train.max_steps=3"])
+    assert launcher(Distributed()) == expected
