@@ -286,8 +286,16 @@ def test_training_paths_made_absolute(compose_cfg, tmp_path, monkeypatch):
     assert cfg.data.extra_train[1].tsv == str(tmp_path / "sub" / "t.tsv")
 
 
-def test_a_side_to_sample_other_than_both_source_or_target_is_refused(compose_cfg):
-    """tokenizer.sample_side=src (the short name of another toolkit) is refused before any work, naming the choices."""
+def test_subword_sampling_settings_out_of_range_are_refused(compose_cfg, caplog):
+    """tokenizer.sample_side=src (the short name of another toolkit) and a BPE-dropout probability of 1 or more
+    are refused before any work; a side without sampling is warned about; unigram's alpha may exceed 1."""
     with pytest.raises(ValueError, match=r"tokenizer.sample_side=src: use both, source or target"):
         check_settings(compose_cfg(["tokenizer.sample_side=src", "tokenizer.sample_alpha=0.1"]))
+    with pytest.raises(ValueError, match=r"tokenizer.sample_alpha=1.5: for BPE it is the probability of dropping"):
+        check_settings(compose_cfg(["tokenizer.sample_alpha=1.5"]))
+    check_settings(compose_cfg(["tokenizer.sample_alpha=1.5", "tokenizer.model_type=unigram"]))
+    caplog.set_level("WARNING", logger="nmt")
     check_settings(compose_cfg(["tokenizer.sample_side=source", "tokenizer.sample_alpha=0.1"]))
+    assert "does nothing" not in caplog.text
+    check_settings(compose_cfg(["tokenizer.sample_side=target"]))
+    assert "tokenizer.sample_side=target does nothing without tokenizer.sample_alpha > 0" in caplog.text

@@ -112,6 +112,25 @@ def check_required(cfg) -> None:
             raise ValueError(f"{key} is not set, and this preset requires it: add {key}={what} to the command line")
 
 
+def check_sampling(tokenizer) -> None:
+    """The subword regularization settings (``tokenizer.sample_alpha``, ``tokenizer.sample_side``); a side chosen
+    without sampling is warned about (it does nothing).
+
+    Raises:
+        ValueError: ``sample_side`` not one of both, source, target; ``sample_alpha`` of 1 or more for BPE, where
+            it is the probability of dropping each merge (Provilkov et al. 2020: 0.1), so 1 leaves only characters.
+    """
+    side, alpha = tokenizer.get("sample_side") or "both", tokenizer.get("sample_alpha") or 0.0
+    if side not in ("both", "source", "target"):
+        raise ValueError(f"tokenizer.sample_side={side}: use both, source or target (the sides that "
+                         "tokenizer.sample_alpha segments anew)")
+    if tokenizer.get("model_type", "bpe") == "bpe" and alpha >= 1:
+        raise ValueError(f"tokenizer.sample_alpha={alpha}: for BPE it is the probability of dropping each merge, "
+                         "below 1 (0.1 is the usual value; 0 turns sampling off)")
+    if side != "both" and not alpha:
+        log.warning("tokenizer.sample_side=%s does nothing without tokenizer.sample_alpha > 0", side)
+
+
 def check_settings(cfg) -> None:
     """Every check of a training configuration that needs no corpus: the numbers (:func:`check_numbers`), the
     learning-rate schedule (:func:`nmt.training.schedule.check_schedule`), the decoding settings
@@ -127,10 +146,7 @@ def check_settings(cfg) -> None:
     """
     check_required(cfg)
     check_numbers(cfg)
-    side = cfg.tokenizer.get("sample_side") or "both"
-    if side not in ("both", "source", "target"):
-        raise ValueError(f"tokenizer.sample_side={side}: use both, source or target (the sides that "
-                         "tokenizer.sample_alpha segments anew)")
+    check_sampling(cfg.tokenizer)
     check_schedule(cfg.train)
     check_decoding(cfg.decode.beam_size, 1, "decode.beam_size", cfg.decode)
     check_available(bool(cfg.train.get("tensorboard")))
