@@ -19,6 +19,7 @@ back:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import os
 import re
@@ -208,3 +209,15 @@ class SettingsParser(argparse.ArgumentParser):
             out.append(f"  {name}")
             out += textwrap.wrap(text, 100, initial_indent="        ", subsequent_indent="        ") or []
         return out
+
+
+@contextlib.contextmanager
+def quiet_when_the_reader_stops():
+    """Around a command's work: when what reads its output stops early (``nmt-train --help | head``), end with
+    status 1 and no traceback, as the shell's own tools do (the recipe of Python's ``signal`` documentation:
+    stdout is pointed at ``/dev/null`` so that the flush at exit does not fail again)."""
+    try:
+        yield
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)

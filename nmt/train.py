@@ -14,6 +14,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from nmt.commandline import quiet_when_the_reader_stops
 from nmt.data.corpus import DataError
 from nmt.data.textio import TextFileError
 from nmt.models.checkpoint import CheckpointError
@@ -183,7 +184,8 @@ def command() -> None:
     global parent_existed
     refuse_unknown_settings("train", PROG)
     parent_existed = DEFAULT_PARENT.is_dir()
-    main()
+    with quiet_when_the_reader_stops():
+        main()
 
 
 if __name__ == "__main__":

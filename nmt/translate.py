@@ -15,6 +15,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from nmt.commandline import quiet_when_the_reader_stops
 from nmt.data.normalize import Normalizer
 from nmt.data.textio import TextFileError, check_writable, counted, read_lines, write_error, write_together
 from nmt.data.tokenizer import fits_other_side
@@ -275,7 +276,8 @@ def command() -> None:
     refused in one line with the closest settings (:func:`nmt.settings.refuse_unknown_settings`), then Hydra
     runs :func:`main`."""
     refuse_unknown_settings("translate", PROG)
-    main()
+    with quiet_when_the_reader_stops():
+        main()
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -331,3 +332,18 @@ def test_an_old_flag_with_underscores_is_read_too(capsys):
     with pytest.raises(SystemExit):
         small_parser().parse_args(["f.txt", "--bogus", "3"])
     assert "unrecognized arguments: --bogus 3" in capsys.readouterr().err  # as written, not bogus= 3
+
+
+def test_a_reader_that_stops_early_ends_the_command_without_a_traceback():
+    """``nmt-train --help | head``: the write into a closed pipe ends the command with status 1 and nothing on
+    stderr, where Python alone prints a BrokenPipeError traceback (the second run shows the difference)."""
+    text = "print('settings ' * 100_000)"
+    for code, quiet in ((f"from nmt.commandline import quiet_when_the_reader_stops as q\nwith q():\n    {text}", True),
+                        (text, False)):
+        read, write = os.pipe()
+        os.close(read)  # the reader is gone before the first write
+        proc = subprocess.run([sys.executable, "-c", code], stdout=write, stderr=subprocess.PIPE, text=True,
+                              timeout=60, check=False)
+        os.close(write)
+        assert proc.returncode == 1
+        assert (proc.stderr == "") == quiet, proc.stderr

@@ -18,7 +18,8 @@ COMMANDS = ("aer", "align", "average", "curves", "plot")  # `python -m nmt.X`: t
 # unit (a subpackage, nmt/settings.py or a command) -> the units it may import; the order is the pipeline's
 ALLOWED = {
     "data": set(),  # text files, normalization, subwords, corpora, batches
-    "commandline": set(),  # the key=value command lines of the tools that are not Hydra apps
+    "commandline": set(),  # the key=value command lines of the tools that are not Hydra apps (and, for every
+    # command, the quiet end of one whose reader closed the pipe)
     "settings": {"data"},  # the one module that touches Hydra/OmegaConf
     "models": {"data", "settings"},
     "decoding": {"data", "models"},
@@ -29,8 +30,8 @@ ALLOWED = {
     **{command: {"analysis", "training"} for command in COMMANDS},
     "api": {"data", "models", "decoding", "analysis"},  # the Python API (nmt.Translator): loads and decodes
     # the Hydra apps nmt-train and nmt-translate (train.py and translate.py in a checkout are shims of them)
-    "train": {"data", "settings", "models", "decoding", "analysis", "training"},
-    "translate": {"data", "settings", "models", "decoding", "analysis"},
+    "train": {"data", "settings", "models", "decoding", "analysis", "training", "commandline"},
+    "translate": {"data", "settings", "models", "decoding", "analysis", "commandline"},
 }
 HYDRA_APPS = (PACKAGE / "settings.py", PACKAGE / "train.py", PACKAGE / "translate.py")  # may import hydra
 CONFIG_LIBRARIES = {"hydra", "omegaconf"}
