@@ -266,7 +266,8 @@ def unknown_setting(config_name: str, argv: list[str]) -> str | None:
     if any(o.is_sweep_override() for o in overrides):
         return None  # every job composes its own config; each is checked by Hydra then
     groups = {p.name for p in Path(config_dir()).iterdir() if p.is_dir()}
-    for o in overrides:  # a mistyped choice of a group (attention=dott, +experiment=...): Hydra's reply spans lines
+    searched = any(o.key_or_group.startswith("hydra.searchpath") for o in overrides)  # choices from elsewhere too
+    for o in [] if searched else overrides:  # a mistyped choice (attention=dott): Hydra's reply spans lines
         group, value = o.key_or_group.split("@")[0], o.value()
         choices = sorted(f.stem for f in (Path(config_dir()) / group).glob("*.yaml")) if group in groups else []
         if choices and isinstance(value, str) and value not in choices:

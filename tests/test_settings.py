@@ -107,6 +107,7 @@ def test_a_mistyped_setting_is_named_with_the_closest_ones(config, argv, message
     ("train", ["hydra.run.dir=/tmp/x=y", "train.max_minuts=5"]),  # not Hydra's grammar: Hydra says so
     ("train", ["attention=multihead", "attention.heads=8", "+experiment=align_de_en", "eval.gold.shift=1"]),
     ("train", ["attention=additive,multihead", "attention.heads=8"]),  # a sweep: every job is Hydra's to check
+    ("train", ["hydra.searchpath=[file:///my/conf]", "attention=mine"]),  # a choice in the user's own configs
     ("train", ["--help"]), ("train", ["-m", "train.max_minuts=5"]),
     ("train", ["+train.new_key=1"]),  # check_added_keys refuses it once Hydra has composed the config
     ("translate", ["checkpoint=x", "input=y", "output=z", "decode.beam_size=3"]),  # checkpoint: ??? in the config
