@@ -48,15 +48,17 @@ class Parallel:
         return self.src if side == "src" else self.tgt
 
 
-def read_parallel(name: str, src_path: str | Path, tgt_path: str | Path) -> Parallel:
-    """Read two line-aligned files (UTF-8, plain or ``.gz``) into a :class:`Parallel` called ``name``.
+def read_parallel(name: str, src_path: str | Path, tgt_path: str | Path,
+                  keys: tuple[str, str] | tuple[None, None] = (None, None)) -> Parallel:
+    """Read two line-aligned files (UTF-8, plain or ``.gz``) into a :class:`Parallel` called ``name``; ``keys``
+    are the settings that named the files (``data.test_src``), for the messages.
 
     Raises:
         DataError: naming both files and their line counts, when the counts differ.
         FileNotFoundError, nmt.data.textio.TextFileError: from :func:`nmt.data.textio.read_lines` (a missing file, or
             one that is not UTF-8 text; the file and line are named).
     """
-    src, tgt = read_lines(src_path), read_lines(tgt_path)
+    src, tgt = read_lines(src_path, keys[0]), read_lines(tgt_path, keys[1])
     if len(src) != len(tgt):
         raise DataError(
             f"{name}: {src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}; parallel files must have "
@@ -146,7 +148,7 @@ def load_splits(data_cfg, train: bool = True) -> dict[str, Parallel]:
         for split in SPLITS if train else SPLITS[1:]:
             src, tgt = data_cfg.get(f"{split}_src"), data_cfg.get(f"{split}_tgt")
             if src and tgt:
-                splits[split] = read_parallel(split, src, tgt)
+                splits[split] = read_parallel(split, src, tgt, (f"data.{split}_src", f"data.{split}_tgt"))
             elif split != "test" or src or tgt:  # a test split is optional, half of one is a mistake
                 raise DataError(f"data=files needs data.{split}_src and data.{split}_tgt (paths to text files)"
                                 + (f"; only data.{split}_{'src' if src else 'tgt'} is set" if src or tgt else ""))

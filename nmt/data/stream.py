@@ -108,9 +108,10 @@ def train_stream(data_cfg) -> TrainStream:
     if files is None:
         memory = load_splits(data_cfg)["train"]  # the hub or a bitext: small, and in memory anyway
         return TrainStream("train", [], corpus_settings(data_cfg), lambda side: iter(getattr(memory, side)))
-    for path in files:
+    for path, side in zip(files, ("src", "tgt")):
         if not path.is_file():
-            raise FileNotFoundError(f"training file not found: {path}")
+            named = f"data.train_{side}=" if data_cfg.kind == "files" else ""
+            raise FileNotFoundError(f"{named}{path}: training file not found")
 
     def read(side: str) -> Iterator[str]:
         lines = iter_lines(files[0 if side == "src" else 1], key=f"data.train_{side}")

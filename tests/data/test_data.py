@@ -174,8 +174,14 @@ def test_data_files_missing_file_named(tmp_path, compose_cfg):
     train = write_lines(tmp_path / "train.src", ["a"])
     cfg = compose_cfg(["data=files", f"data.train_src={train}", f"data.train_tgt={train}",
                        f"data.valid_src={tmp_path / 'missing.src'}", f"data.valid_tgt={train}"])
-    with pytest.raises(FileNotFoundError, match="missing.src"):
+    with pytest.raises(FileNotFoundError, match=r"^data.valid_src=.*missing.src: file not found$"):
         load_splits(cfg.data)
+    from nmt.data.stream import train_stream
+
+    # the training split is read as a stream, its files checked when it is opened
+    cfg.data.train_tgt = str(tmp_path / "missing.tgt")
+    with pytest.raises(FileNotFoundError, match=r"^data.train_tgt=.*missing.tgt: training file not found$"):
+        train_stream(cfg.data)
 
 
 def test_unknown_kind(compose_cfg):
