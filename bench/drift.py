@@ -20,15 +20,17 @@ from pathlib import Path
 
 import torch
 from hydra import compose, initialize_config_dir
-from speed import ROOT, load_corpus, run_precision  # bench/ is the script's folder, so on sys.path
+from speed import (  # bench/ is the script's folder, so on sys.path
+    ROOT,
+    load_corpus,
+    run_precision,
+    training_setup,
+)
 
 from nmt.data.batches import encode_pairs, iterate_batches
 from nmt.decoding.scoring import greedy_bleu
 from nmt.models.allocator import reuse_freed_memory
-from nmt.models.build import build_model
-from nmt.training.schedule import make_optimizer
 from nmt.training.step import train_step
-from nmt.training.subwords import prepare_tokenizers
 from nmt.training.validation import validation_loss
 
 
@@ -69,12 +71,9 @@ def main() -> None:
                                           *(args.overrides or ["+experiment=multi30k_en_de"])])
     torch.manual_seed(cfg.seed)
     splits = load_corpus(cfg, "multi30k")
-    src_tok, tgt_tok = prepare_tokenizers(cfg.tokenizer, splits["train"],
-                                          Path(args.work) / f"spm_{cfg.data.src_lang}{cfg.data.tgt_lang}")
-    pairs = encode_pairs(splits["train"], src_tok, tgt_tok, cfg.data.max_len)
+    src_tok, tgt_tok, pairs, model, optimizer = training_setup(
+        cfg, splits, Path(args.work) / f"spm_{cfg.data.src_lang}{cfg.data.tgt_lang}")
     valid_pairs = encode_pairs(splits["valid"], src_tok, tgt_tok, cfg.data.max_len)
-    model = build_model(cfg.model, cfg.decoder, cfg.attention, len(src_tok), len(tgt_tok)).train()
-    optimizer, _ = make_optimizer(model, cfg)
     batches = list(iterate_batches(pairs, cfg.train.batch_tokens, shuffle=True, seed=cfg.seed))
     block, precision = batches[:args.block], run_precision(cfg)
     tokens = sum(batch.num_tgt_tokens for batch in block)

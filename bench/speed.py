@@ -121,6 +121,17 @@ def load_corpus(cfg, corpus: str) -> dict[str, Parallel]:
     return {"train": Parallel("train", src, tgt), "valid": multi["valid"], "test": multi["test"]}
 
 
+def training_setup(cfg, splits: dict[str, Parallel], spm_dir: Path) -> tuple:
+    """What the benchmarks train: the subword models (trained once into ``spm_dir``, reused after), the encoded
+    training pairs, the model in training mode and its optimizer, as ``(src_tok, tgt_tok, pairs, model,
+    optimizer)``."""
+    src_tok, tgt_tok = prepare_tokenizers(cfg.tokenizer, splits["train"], spm_dir)
+    pairs = encode_pairs(splits["train"], src_tok, tgt_tok, cfg.data.max_len)
+    model = build_model(cfg.model, cfg.decoder, cfg.attention, len(src_tok), len(tgt_tok)).train()
+    optimizer, _ = make_optimizer(model, cfg)
+    return src_tok, tgt_tok, pairs, model, optimizer
+
+
 def run_precision(cfg) -> Precision:
     """The precision the benchmark trains and decodes in: ``train.precision`` (``auto`` resolved for this CPU)."""
     cpu = torch.device("cpu")
@@ -155,12 +166,7 @@ def ours(args, cfg) -> dict:
         return {"test_greedy_sent_per_sec": decode_speed(model, src_tok, tgt_tok, splits["test"].src, cfg, 1),
                 "test_beam5_sent_per_sec": decode_speed(model, src_tok, tgt_tok, splits["test"].src, cfg, 5),
                 "peak_rss_gb": peak_rss_gb()}
-    work = Path(args.work)
-    src_tok, tgt_tok = prepare_tokenizers(cfg.tokenizer, splits["train"], work / f"spm_{args.corpus}")
-    pairs = encode_pairs(splits["train"], src_tok, tgt_tok, cfg.data.max_len)
-    model = build_model(cfg.model, cfg.decoder, cfg.attention, len(src_tok), len(tgt_tok))
-    optimizer, _ = make_optimizer(model, cfg)
-    model.train()
+    src_tok, tgt_tok, pairs, model, optimizer = training_setup(cfg, splits, Path(args.work) / f"spm_{args.corpus}")
     need = args.warmup + args.steps
     batches, epoch = [], 0
     while len(batches) < need:

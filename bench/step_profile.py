@@ -29,15 +29,18 @@ from pathlib import Path
 
 import torch
 from hydra import compose, initialize_config_dir
-from speed import ROOT, gemm_rate, load_corpus, run_precision  # bench/ is the script's folder, so on sys.path
+from speed import (  # bench/ is the script's folder, so on sys.path
+    ROOT,
+    gemm_rate,
+    load_corpus,
+    run_precision,
+    training_setup,
+)
 from torch.profiler import ProfilerActivity, profile
 
-from nmt.data.batches import encode_pairs, iterate_batches
+from nmt.data.batches import iterate_batches
 from nmt.models.allocator import reuse_freed_memory
-from nmt.models.build import build_model
-from nmt.training.schedule import make_optimizer
 from nmt.training.step import train_step
-from nmt.training.subwords import prepare_tokenizers
 
 PRODUCTS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addmv", "aten::addmv_", "aten::mv",
             "aten::dot", "aten::addbmm"}
@@ -116,10 +119,7 @@ def main() -> None:
         cfg = compose("train", overrides=[f"threads={args.threads}", "device=cpu", *args.overrides])
     torch.manual_seed(cfg.seed)
     splits = load_corpus(cfg, "multi30k")
-    src_tok, tgt_tok = prepare_tokenizers(cfg.tokenizer, splits["train"], Path(args.work) / "spm_multi30k")
-    pairs = encode_pairs(splits["train"], src_tok, tgt_tok, cfg.data.max_len)
-    model = build_model(cfg.model, cfg.decoder, cfg.attention, len(src_tok), len(tgt_tok)).train()
-    optimizer, _ = make_optimizer(model, cfg)
+    _, _, pairs, model, optimizer = training_setup(cfg, splits, Path(args.work) / "spm_multi30k")
     batches = list(iterate_batches(pairs, cfg.train.batch_tokens, shuffle=True, seed=cfg.seed))
     batches = batches[: args.warmup + args.steps]
     run = run_precision(cfg)  # train.precision, auto resolved for this CPU
