@@ -60,6 +60,7 @@ from nmt.data.textio import atomic_write, counted, read_lines
 from nmt.decoding.artifacts import save_alignments
 from nmt.decoding.word_alignment import to_pharaoh
 from nmt.models.allocator import reuse_freed_memory
+from nmt.models.checkpoint import CheckpointError
 from nmt.models.device import pick_device, set_threads
 
 
@@ -82,7 +83,7 @@ def run(opts: dict) -> tuple[list[str], list[str], list[str]]:
     if len(sources) != len(targets):
         raise ValueError(f"{opts['src']} has {len(sources)} lines but {opts['tgt']} has {len(targets)}")
     gold, problems = _read_gold(opts, sources, targets)
-    model, src_tok, tgt_tok, prepare, langs = load_aligner(opts["checkpoints"], device, opts["lowercase"])
+    model, src_tok, tgt_tok, prepare, langs = _load(opts, "checkpoint", device)
     prepared = prepare(sources), prepare(targets)
     if swapped := swapped_sides(src_tok, tgt_tok, *prepared, langs):
         problems.append(swapped)
@@ -109,6 +110,16 @@ def run(opts: dict) -> tuple[list[str], list[str], list[str]]:
         problems.append(f"{len(mismatched)} line(s) where the subword words differ from the whitespace tokens, so "
                         f"word indices may not match the input's: {shown}")
     return lines, problems, notes
+
+
+def _load(opts: dict, key: str, device):
+    """:func:`nmt.analysis.forced.load_aligner` for the model(s) of setting ``key`` (``checkpoint`` or
+    ``reverse_checkpoint``); a checkpoint refused (e.g. an ensemble member of another direction) is named with
+    its setting, so the message says which list to fix."""
+    try:
+        return load_aligner(opts[key + "s"], device, opts["lowercase"])
+    except CheckpointError as error:
+        raise CheckpointError(f"{key}={opts[key]}: {error}") from None
 
 
 def _read_gold(opts: dict, sources: list[str], targets: list[str]) -> tuple[Alignments | None, list[str]]:
@@ -153,8 +164,7 @@ def _symmetrized(opts: dict, forward: list, sources: list[str], targets: list[st
     Raises:
         ValueError: when the reverse model does not translate the other way.
     """
-    r_model, r_src_tok, r_tgt_tok, r_prepare, r_langs = load_aligner(opts["reverse_checkpoints"], device,
-                                                                      opts["lowercase"])
+    r_model, r_src_tok, r_tgt_tok, r_prepare, r_langs = _load(opts, "reverse_checkpoint", device)
     if r_langs != langs[::-1]:
         raise ValueError(f"reverse_checkpoint={opts['reverse_checkpoint']} translates {r_langs[0]}->{r_langs[1]}, "
                          f"but checkpoint={opts['checkpoint']} translates {langs[0]}->{langs[1]}: the reverse "

@@ -487,7 +487,12 @@ def test_an_ensemble_of_aligners_averages_its_members_attention(compose_cfg, tmp
     assert " links by an ensemble of 2 models; matrices in " in said
     # a member of the other direction, and head= on an ensemble, are refused by name
     assert main([f"checkpoint=[{trained[0]},{reverse[0]}]", *common, f"out={tmp_path / 'x.align'}"]) == 1
-    assert "an ensemble needs one direction" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert "an ensemble needs one direction" in said and f"checkpoint=[{trained[0]},{reverse[0]}]: " in said
+    assert main([f"checkpoint={trained[0]}", f"reverse_checkpoint=[{reverse[0]},{trained[0]}]", *common,
+                 f"out={tmp_path / 'x.align'}"]) == 1
+    said = capsys.readouterr().err
+    assert "an ensemble needs one direction" in said and f"reverse_checkpoint=[{reverse[0]},{trained[0]}]: " in said
     files = ["src=s", "tgt=t", "out=o"]
     for bad, message in [(["checkpoint=[a,b]", "head=0"], "ensemble use head=mean"),
                          (["checkpoint=[a,"], "the list is not closed"), (["checkpoint=[a,]"], "no empty member"),
