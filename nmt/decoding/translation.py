@@ -86,7 +86,8 @@ def translate_nbest(model, src_tok: Tokenizer, tgt_tok: Tokenizer, sentences: li
     todo, ids = [i for i, x in zip(todo, ids) if len(x) > 1], [x for x in ids if len(x) > 1]
     for k, i in enumerate(todo):
         if len(ids[k]) > decode.max_src_len:
-            log.warning("line %d: %d subwords, cut to max_src_len=%d", i + 1, len(ids[k]), decode.max_src_len)
+            log.warning("line %d: %d subwords, only its first %d translated (decode.max_src_len=%d: raise it to "
+                        "translate the whole line)", i + 1, len(ids[k]), decode.max_src_len, decode.max_src_len)
             ids[k] = ids[k][: decode.max_src_len - 1] + ids[k][-1:]
     order = sorted(range(len(todo)), key=lambda k: len(ids[k]))
     coverage = decode.get("coverage_penalty", 0.0)  # absent from the configs of runs before it existed
