@@ -83,10 +83,9 @@ def final_evaluation(cfg, splits: dict[str, Parallel], run_dir: Path, device, be
             results[f"{split}_{name}_bleu"], results[f"{split}_{name}_chrf"] = scores["bleu"], scores["chrf"]
             results[f"{split}_{name}_bleu_lowercase"] = scores["bleu_lowercase"]
             results.setdefault("bleu_signature", scores["bleu_signature"])
-            signatures = f"sacreBLEU signatures: BLEU {scores['bleu_signature']}; chrF {scores['chrf_signature']}"
             log.info("%s %s: %s; chrF2 = %.2f", split, name, scores["bleu_detail"], scores["chrf"])
-    if results.get("bleu_signature"):
-        log.info("%s", signatures)  # the same for every split and decoder
+    if results.get("bleu_signature"):  # the same for every split and decoder: once, from the last scores
+        log.info("sacreBLEU signatures: BLEU %s; chrF %s", scores["bleu_signature"], scores["chrf_signature"])
     if cfg.eval.plots and "test" in splits:
         from nmt.analysis.plot import plot_npz  # matplotlib is slow to import: only for a run that draws
         try:
