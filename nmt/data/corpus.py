@@ -172,13 +172,22 @@ def load_splits(data_cfg, train: bool = True) -> dict[str, Parallel]:
         splits = {name: Parallel(name, src_norm.lines(split.src), tgt_norm.lines(split.tgt))
                   for name, split in splits.items()}
     for extra in (data_cfg.get("extra_train") or []) if "train" in splits else []:
-        more = read_extra(extra, data_cfg.src_lang, data_cfg.tgt_lang)
-        keep = bool(extra.get("pretokenized"))  # already in the gold convention: only the token-preserving part
-        more = Parallel(more.name, src_norm.lines(more.src, keep), tgt_norm.lines(more.tgt, keep))
+        more = extra_pairs(extra, data_cfg)
         train = splits["train"]
         splits["train"] = Parallel("train", train.src + more.src, train.tgt + more.tgt)
-        log_extra(more, extra, data_cfg.get("train_limit"))
     return splits
+
+
+def extra_pairs(extra, data_cfg) -> Parallel:
+    """The pairs of one ``data.extra_train`` entry (:func:`read_extra`), normalized by ``data.normalize`` for
+    the languages of its sides (an entry's own ``src_lang`` included), and logged (:func:`log_extra`).
+    ``pretokenized: true`` entries are only lowercased. Raises what :func:`read_extra` raises."""
+    more = read_extra(extra, data_cfg.src_lang, data_cfg.tgt_lang)
+    keep = bool(extra.get("pretokenized"))  # already in the gold convention: only the token-preserving part
+    src_norm = Normalizer.from_config(data_cfg.get("normalize"), extra.get("src_lang") or data_cfg.src_lang)
+    tgt_norm = Normalizer.from_config(data_cfg.get("normalize"), data_cfg.tgt_lang)
+    log_extra(more, extra, data_cfg.get("train_limit"))
+    return Parallel(more.name, src_norm.lines(more.src, keep), tgt_norm.lines(more.tgt, keep))
 
 
 def read_table(path, columns: list[str], src_lang: str, tgt_lang: str, separator: str = "\t") -> Parallel:
@@ -228,12 +237,16 @@ def read_extra(extra, src_lang: str, tgt_lang: str) -> Parallel:
     ``{tsv: FILE, columns: [en, de], repeat: N}`` (one pair per line, tab-separated, e.g. Tatoeba's
     ``deu.txt``: English first; ``separator: " ||| "`` for other separators, :func:`read_table`).
     ``repeat`` (default 1) repeats the pairs, e.g. to weight a small in-domain set.
+    ``src_lang: LANG`` reads the source side from another language than the run's (many-to-one training: e.g.
+    Multi30k's French captions beside its English ones, both translated into the German captions); the
+    target side is always the run's ``tgt_lang``.
     ``pretokenized: true`` (used by :func:`load_splits`) marks text already in the ``data.normalize``
     convention (gold alignment sentences): it is only lowercased, never re-tokenized.
 
     Raises:
-        DataError: an entry without ``paths`` or ``tsv``, without the run's two languages, a bad ``repeat``,
-            or a tsv line with too few fields (file and line named); FileNotFoundError / TextFileError.
+        DataError: an entry without ``paths`` or ``tsv``, without its two languages, a bad ``repeat`` or
+            ``src_lang``, or a tsv line with too few fields (file and line named); FileNotFoundError /
+            TextFileError.
     """
     if not isinstance(extra, Mapping):
         raise DataError(f"data.extra_train entry {extra!r} is not a mapping: write {{paths: {{LANG: FILE, ...}}}} "
@@ -242,6 +255,11 @@ def read_extra(extra, src_lang: str, tgt_lang: str) -> Parallel:
     if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
         raise DataError(f"data.extra_train entry {dict(extra)}: repeat must be a whole number >= 1 (how many "
                         f"times its pairs are used), got {repeat!r}")
+    own = extra.get("src_lang")
+    if own is not None and (not isinstance(own, str) or not own or own == tgt_lang):
+        raise DataError(f"data.extra_train entry {dict(extra)}: src_lang must name the language of its source side, "
+                        f"another than the target language {tgt_lang}, got {own!r}")
+    src_lang = own or src_lang
     if extra.get("paths"):
         paths = extra["paths"]
         missing = [lang for lang in (src_lang, tgt_lang) if lang not in paths]

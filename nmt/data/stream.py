@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nmt.data.corpus import DataError, Parallel, load_splits, log_extra, read_extra
+from nmt.data.corpus import DataError, Parallel, extra_pairs, load_splits
 from nmt.data.normalize import Normalizer
 from nmt.data.textio import file_named, iter_lines
 
@@ -119,10 +119,7 @@ def train_stream(data_cfg) -> TrainStream:
 
     extra = []
     for entry in data_cfg.get("extra_train") or []:
-        more = read_extra(entry, data_cfg.src_lang, data_cfg.tgt_lang)
-        keep = bool(entry.get("pretokenized"))
-        extra.append(Parallel(more.name, norms["src"].lines(more.src, keep), norms["tgt"].lines(more.tgt, keep)))
-        log_extra(more, entry, limit)
+        extra.append(extra_pairs(entry, data_cfg))
     return TrainStream("train", files, corpus_settings(data_cfg), read, extra)
 
 
