@@ -9,6 +9,13 @@ validation set) at each ``V``. After each block it prints target tokens/s, user 
 faults, resident memory, and the share of subnormal numbers (below 1.2e-38, slow on x86 unless flushed to zero) in
 Adam's moment estimates. ``--flush`` sets ``torch.set_flush_denormal(True)`` for comparison. Run it alone: 2 cores
 are easily disturbed, and the machine's own speed drifts over minutes, so repeat the plan before reading a trend.
+
+Is a late model slower to train than a new one, in a new process? ``--checkpoint RUN/checkpoints/last.pt`` starts
+from a run's weights and Adam state (its learning rate reset to ``train.lr``, as at the full rate) and encodes the
+corpus with its subword models; ``--reinit`` keeps those subword models and sizes but starts from new weights and
+a new optimizer, so the two do the same work on the same batches:
+
+    python bench/drift.py --plan TTT --checkpoint RUN/checkpoints/last.pt [--reinit] +experiment=multi30k_en_de
 """
 
 from __future__ import annotations
@@ -29,7 +36,10 @@ from speed import (  # bench/ is the script's folder, so on sys.path
 
 from nmt.data.batches import encode_pairs, iterate_batches
 from nmt.decoding.scoring import greedy_bleu
+from nmt.models import checkpoint
 from nmt.models.allocator import reuse_freed_memory
+from nmt.models.build import build_model
+from nmt.training.schedule import make_optimizer
 from nmt.training.step import train_step
 from nmt.training.validation import validation_loss
 
@@ -53,6 +63,27 @@ def subnormal_share(optimizer: torch.optim.Optimizer) -> float:
     return subnormal / max(total, 1)
 
 
+def checkpoint_setup(cfg, splits: dict, path: str, reinit: bool) -> tuple:
+    """``training_setup``'s ``(src_tok, tgt_tok, pairs, model, optimizer)`` from a training checkpoint: its
+    subword models, and its weights and Adam state (learning rate ``cfg.train.lr``) unless ``reinit``, which
+    builds new ones of the same sizes from ``cfg``.
+
+    Raises:
+        SystemExit: a checkpoint without optimizer state (``step_N.pt``, ``averaged.pt``) and no ``reinit``.
+    """
+    model, _, src_tok, tgt_tok, payload = checkpoint.load(path)
+    if reinit:
+        model = build_model(cfg.model, cfg.decoder, cfg.attention, len(src_tok), len(tgt_tok))
+    optimizer, _ = make_optimizer(model.train(), cfg)
+    if not reinit:
+        if "optimizer" not in payload:
+            raise SystemExit(f"{path} holds weights only: give the run's checkpoints/last.pt (or best.pt)")
+        optimizer.load_state_dict(payload["optimizer"])
+        for group in optimizer.param_groups:
+            group["lr"] = cfg.train.lr
+    return src_tok, tgt_tok, encode_pairs(splits["train"], src_tok, tgt_tok, cfg.data.max_len), model, optimizer
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--plan", default="TTTVTTVTTT", help="T: train the block of batches; V: validate")
@@ -61,6 +92,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--flush", action="store_true", help="flush subnormal numbers to zero")
     parser.add_argument("--work", default="/tmp/nmt_speed", help="scratch folder (sentencepiece models)")
+    parser.add_argument("--checkpoint", help="start from this training checkpoint (last.pt, best.pt): its weights, "
+                        "Adam state and subword models")
+    parser.add_argument("--reinit", action="store_true", help="with --checkpoint: its subword models and sizes, "
+                        "new weights and optimizer")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of conf/train.yaml (default: the en->de preset)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -71,8 +106,11 @@ def main() -> None:
                                           *(args.overrides or ["+experiment=multi30k_en_de"])])
     torch.manual_seed(cfg.seed)
     splits = load_corpus(cfg, "multi30k")
-    src_tok, tgt_tok, pairs, model, optimizer = training_setup(
-        cfg, splits, Path(args.work) / f"spm_{cfg.data.src_lang}{cfg.data.tgt_lang}")
+    if args.checkpoint:
+        src_tok, tgt_tok, pairs, model, optimizer = checkpoint_setup(cfg, splits, args.checkpoint, args.reinit)
+    else:
+        src_tok, tgt_tok, pairs, model, optimizer = training_setup(
+            cfg, splits, Path(args.work) / f"spm_{cfg.data.src_lang}{cfg.data.tgt_lang}")
     valid_pairs = encode_pairs(splits["valid"], src_tok, tgt_tok, cfg.data.max_len)
     batches = list(iterate_batches(pairs, cfg.train.batch_tokens, shuffle=True, seed=cfg.seed))
     block, precision = batches[:args.block], run_precision(cfg)

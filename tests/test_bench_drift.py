@@ -21,3 +21,40 @@ def test_subnormal_share_counts_nonzero_entries_below_the_smallest_normal_number
     optimizer.state[weight]["exp_avg"].copy_(torch.tensor([tiny / 4, tiny, 0.0, -tiny / 1024]))
     optimizer.state[weight]["exp_avg_sq"].copy_(torch.tensor([1.0, 0.0, tiny / 2, 2 * tiny]))
     assert drift.subnormal_share(optimizer) == 3 / 8  # tiny/4, -tiny/1024, tiny/2; zeros and normals are not
+
+
+
+def test_a_checkpoint_gives_its_weights_adam_state_and_subwords_and_reinit_new_ones(drift, compose_cfg, tokenizer,
+                                                                                     small_splits, tmp_path):
+    from nmt.data.batches import encode_pairs, iterate_batches
+    from nmt.models import checkpoint
+    from nmt.models.build import build_model
+    from nmt.training.schedule import make_optimizer
+    from nmt.training.step import train_step
+
+    cfg = compose_cfg(["model.emb_size=16", "model.hidden_size=16", "train.lr=0.01"])
+    torch.manual_seed(0)
+    model = build_model(cfg.model, cfg.decoder, cfg.attention, len(tokenizer), len(tokenizer)).train()
+    optimizer, _ = make_optimizer(model, cfg)
+    splits = {"train": small_splits["train"]}
+    encoded = encode_pairs(splits["train"], tokenizer, tokenizer, cfg.data.max_len)
+    batch = next(iter(iterate_batches(encoded[:64], 2000, shuffle=False)))
+    train_step(model, optimizer, batch, cfg.train)
+    for group in optimizer.param_groups:
+        group["lr"] = 1e-5  # as at the end of a run's decay
+    path = tmp_path / "last.pt"
+    checkpoint.save(path, model, cfg, tokenizer, tokenizer, optimizer=optimizer.state_dict())
+    src_tok, tgt_tok, pairs, late, late_optimizer = drift.checkpoint_setup(cfg, splits, path, reinit=False)
+    assert src_tok.model_proto == tgt_tok.model_proto == tokenizer.model_proto and pairs == encoded
+    weights = model.state_dict()
+    assert late.training and all(torch.equal(value, weights[key]) for key, value in late.state_dict().items())
+    moments = [state["exp_avg_sq"] for state in late_optimizer.state.values()]
+    assert len(moments) == len(list(model.parameters())) and all(bool((m > 0).any()) for m in moments)
+    assert [group["lr"] for group in late_optimizer.param_groups] == [0.01] * len(optimizer.param_groups)
+    _, _, _, fresh, fresh_optimizer = drift.checkpoint_setup(cfg, splits, path, reinit=True)
+    assert fresh_optimizer.state == {} and fresh.state_dict().keys() == weights.keys()
+    assert not any(torch.equal(value, weights[key]) for key, value in fresh.state_dict().items()
+                   if value.dtype.is_floating_point and value.abs().sum() > 0)
+    checkpoint.save(tmp_path / "weights.pt", model, cfg, tokenizer, tokenizer)
+    with pytest.raises(SystemExit, match="holds weights only"):
+        drift.checkpoint_setup(cfg, splits, tmp_path / "weights.pt", reinit=False)
