@@ -8,6 +8,7 @@ only), not by ``datasets``' text builder, whose line splitting also breaks lines
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import sys
@@ -23,6 +24,9 @@ log = logging.getLogger(__name__)
 
 
 SPLITS = ("train", "valid", "test")
+
+
+EXTRA_KEYS = ("paths", "tsv", "columns", "separator", "repeat", "src_lang", "pretokenized")  # a data.extra_train entry
 
 
 HUB_SPLITS = {"train": "train", "valid": "validation", "test": "test"}
@@ -244,13 +248,19 @@ def read_extra(extra, src_lang: str, tgt_lang: str) -> Parallel:
     convention (gold alignment sentences): it is only lowercased, never re-tokenized.
 
     Raises:
-        DataError: an entry without ``paths`` or ``tsv``, without its two languages, a bad ``repeat`` or
-            ``src_lang``, or a tsv line with too few fields (file and line named); FileNotFoundError /
+        DataError: an entry without ``paths`` or ``tsv``, with a key it does not take (a close one suggested),
+            without its two languages, a bad ``repeat`` or ``src_lang``, or a tsv line with too few fields (file and line named); FileNotFoundError /
             TextFileError.
     """
     if not isinstance(extra, Mapping):
         raise DataError(f"data.extra_train entry {extra!r} is not a mapping: write {{paths: {{LANG: FILE, ...}}}} "
                         "or {tsv: FILE, columns: [LANG, LANG]}")
+    unknown = sorted(str(key) for key in extra if key not in EXTRA_KEYS)
+    if unknown:
+        close = [difflib.get_close_matches(key, EXTRA_KEYS, n=1, cutoff=0.6) for key in unknown]
+        hint = "; ".join(f"{key}: did you mean {near[0]}?" for key, near in zip(unknown, close) if near)
+        raise DataError(f"data.extra_train entry {dict(extra)}: unknown key(s) {', '.join(unknown)}"
+                        f"{' (' + hint + ')' if hint else ''}; an entry takes {', '.join(EXTRA_KEYS)}")
     repeat = extra.get("repeat", 1)
     if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
         raise DataError(f"data.extra_train entry {dict(extra)}: repeat must be a whole number >= 1 (how many "

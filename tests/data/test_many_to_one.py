@@ -51,3 +51,12 @@ def test_a_source_language_that_is_the_target_or_no_language_is_refused(multi30k
         with pytest.raises(DataError, match=rf"src_lang must name the language of its source side, another than "
                                             rf"the target language de, got {bad!r}"):
             read_extra({**entry, "src_lang": bad}, "en", "de")
+
+
+def test_a_mistyped_entry_key_is_refused_with_the_close_one(multi30k_dir):
+    entry = {"paths": {"fr": str(multi30k_dir / "val.fr.gz"), "de": str(multi30k_dir / "val.de.gz")}}
+    with pytest.raises(DataError, match=r"unknown key\(s\) src_lng \(src_lng: did you mean src_lang\?\); an entry "
+                                        r"takes paths, tsv, columns, separator, repeat, src_lang, pretokenized"):
+        read_extra({**entry, "src_lng": "fr"}, "en", "de")  # read as en -> de before: "no file for ['en']"
+    with pytest.raises(DataError, match=r"unknown key\(s\) repeats, xyz \(repeats: did you mean repeat\?\); an"):
+        read_extra({**entry, "repeats": 2, "xyz": 1}, "fr", "de")
