@@ -194,11 +194,12 @@ def extra_pairs(extra, data_cfg) -> Parallel:
     return Parallel(more.name, src_norm.lines(more.src, keep), tgt_norm.lines(more.tgt, keep))
 
 
-def read_table(path, columns: list[str], src_lang: str, tgt_lang: str, separator: str = "\t") -> Parallel:
+def read_table(path, columns: list[str], src_lang: str, tgt_lang: str, separator: str = "\t",
+               key: str | None = None) -> Parallel:
     """Pairs from a file with one pair per line, fields split on ``separator`` and stripped, ``columns`` naming
     the language of each field in order (Tatoeba's ``deu.txt``: ``[en, de]`` with tabs; the WPT 2003 Romanian
     bitext: ``[ro, en]`` with ``" ||| "``), returned in the run's source/target order. Blank (whitespace-only)
-    lines hold no pair and are skipped.
+    lines hold no pair and are skipped. ``key``: the setting that named the file, for the messages.
 
     Raises:
         DataError: ``columns`` lacking a language of the run, or a line with too few fields (file and line
@@ -210,7 +211,7 @@ def read_table(path, columns: list[str], src_lang: str, tgt_lang: str, separator
                         "each field, in order)")
     s, t = columns.index(src_lang), columns.index(tgt_lang)
     src, tgt, blank = [], [], 0
-    for number, line in enumerate(read_lines(path), start=1):
+    for number, line in enumerate(read_lines(path, key), start=1):
         if not line.strip():  # no pair on it (e.g. a blank line at the end of the file)
             blank += 1
             continue
@@ -228,9 +229,9 @@ def read_table(path, columns: list[str], src_lang: str, tgt_lang: str, separator
 def log_extra(more: Parallel, extra, limit: int | None) -> None:
     """Log what one ``data.extra_train`` entry added (``more``: its pairs, repeats included), and that
     ``data.train_limit`` (``limit``) did not cut it."""
-    repeat = extra.get("repeat", 1)
-    log.info("training data + %s: %d pairs x %d (data.extra_train%s)", more.name, len(more) // max(1, repeat), repeat,
-             f"; data.train_limit={limit} limits the corpus only" if limit else "")
+    repeat, own = extra.get("repeat", 1), extra.get("src_lang")
+    log.info("training data + %s: %d pairs x %d (data.extra_train%s%s)", more.name, len(more) // max(1, repeat), repeat,
+             f", source language {own}" if own else "", f"; data.train_limit={limit} limits the corpus only" if limit else "")
 
 
 def read_extra(extra, src_lang: str, tgt_lang: str) -> Parallel:
@@ -276,10 +277,11 @@ def read_extra(extra, src_lang: str, tgt_lang: str) -> Parallel:
         if missing:
             raise DataError(f"data.extra_train entry {dict(paths)} has no file for {missing}: name one file per "
                             f"language ({src_lang}: FILE, {tgt_lang}: FILE)")
-        pairs = read_parallel(str(paths[src_lang]), paths[src_lang], paths[tgt_lang])
+        pairs = read_parallel(str(paths[src_lang]), paths[src_lang], paths[tgt_lang],
+                              (f"data.extra_train paths.{src_lang}", f"data.extra_train paths.{tgt_lang}"))
     elif extra.get("tsv"):
         pairs = read_table(extra["tsv"], list(extra.get("columns") or []), src_lang, tgt_lang,
-                           extra.get("separator") or "\t")
+                           extra.get("separator") or "\t", key="data.extra_train tsv")
     else:
         raise DataError(f"data.extra_train entry {dict(extra)} needs paths: {{LANG: FILE, ...}} or tsv: FILE")
     return Parallel(pairs.name, pairs.src * repeat, pairs.tgt * repeat)

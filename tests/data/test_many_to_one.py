@@ -60,3 +60,18 @@ def test_a_mistyped_entry_key_is_refused_with_the_close_one(multi30k_dir):
         read_extra({**entry, "src_lng": "fr"}, "en", "de")  # read as en -> de before: "no file for ['en']"
     with pytest.raises(DataError, match=r"unknown key\(s\) repeats, xyz \(repeats: did you mean repeat\?\); an"):
         read_extra({**entry, "repeats": 2, "xyz": 1}, "fr", "de")
+
+
+def test_the_log_names_the_source_language_and_a_missing_file_its_setting(multi30k_dir, compose_cfg, caplog,
+                                                                          tmp_path):
+    cfg = compose_cfg(["+experiment=multi30k_en_de_many_to_one", "data.train_limit=40", "data.eval_limit=3"])
+    with caplog.at_level("INFO", logger="nmt.data.corpus"):
+        load_splits(cfg.data)
+    expected = (f"training data + {multi30k_dir / 'train.fr.gz'}: 29000 pairs x 1 (data.extra_train, source "
+                "language fr; data.train_limit=40 limits the corpus only)")
+    assert [r.getMessage() for r in caplog.records if "training data +" in r.getMessage()] == [expected]
+    missing = {"paths": {"fr": str(tmp_path / "nope.fr"), "de": str(multi30k_dir / "val.de.gz")}, "src_lang": "fr"}
+    with pytest.raises(FileNotFoundError, match=r"^data.extra_train paths.fr=.*nope.fr: file not found$"):
+        read_extra(missing, "en", "de")
+    with pytest.raises(FileNotFoundError, match=r"^data.extra_train tsv=.*nope.tsv: file not found$"):
+        read_extra({"tsv": str(tmp_path / "nope.tsv"), "columns": ["en", "de"]}, "en", "de")
