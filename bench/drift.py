@@ -13,7 +13,8 @@ are easily disturbed, and the machine's own speed drifts over minutes, so repeat
 Is a late model slower to train than a new one, in a new process? ``--checkpoint RUN/checkpoints/last.pt`` starts
 from a run's weights and Adam state (its learning rate reset to ``train.lr``, as at the full rate) and encodes the
 corpus with its subword models; ``--reinit`` keeps those subword models and sizes but starts from new weights and
-a new optimizer, so the two do the same work on the same batches:
+a new optimizer, so the two do the same work on the same batches. The overrides must give the checkpoint's
+language pair (its preset, or ``data.src_lang`` and ``data.tgt_lang``); the precision is ``train.precision``'s:
 
     python bench/drift.py --plan TTT --checkpoint RUN/checkpoints/last.pt [--reinit] +experiment=multi30k_en_de
 """
@@ -63,21 +64,40 @@ def subnormal_share(optimizer: torch.optim.Optimizer) -> float:
     return subnormal / max(total, 1)
 
 
-def checkpoint_setup(cfg, splits: dict, path: str, reinit: bool) -> tuple:
-    """``training_setup``'s ``(src_tok, tgt_tok, pairs, model, optimizer)`` from a training checkpoint: its
-    subword models, and its weights and Adam state (learning rate ``cfg.train.lr``) unless ``reinit``, which
-    builds new ones of the same sizes from ``cfg``.
+def load_run(path: str, cfg) -> tuple:
+    """``checkpoint.load(path)``, for a checkpoint of the language pair of ``cfg.data``.
+
+    Raises:
+        SystemExit: one line, for a missing file, a file that is not a checkpoint, or another language pair.
+    """
+    try:
+        loaded = checkpoint.load(path)
+    except (FileNotFoundError, checkpoint.CheckpointError) as err:
+        raise SystemExit(f"drift.py: error: {err}") from None
+    ckpt, data = loaded[1].data, cfg.data
+    if (ckpt.src_lang, ckpt.tgt_lang) != (data.src_lang, data.tgt_lang):
+        raise SystemExit(f"drift.py: error: {path} translates {ckpt.src_lang}->{ckpt.tgt_lang}, the benchmark is set "
+                         f"for {data.src_lang}->{data.tgt_lang}: give data.src_lang={ckpt.src_lang} "
+                         f"data.tgt_lang={ckpt.tgt_lang} (or the run's preset)")
+    return loaded
+
+
+def checkpoint_setup(cfg, splits: dict, loaded: tuple, reinit: bool) -> tuple:
+    """``training_setup``'s ``(src_tok, tgt_tok, pairs, model, optimizer)`` from a training checkpoint
+    (``loaded``: :func:`load_run`'s tuple): its subword models, and its weights and Adam state (learning rate
+    ``cfg.train.lr``) unless ``reinit``, which builds new ones of the sizes in the checkpoint's config.
 
     Raises:
         SystemExit: a checkpoint without optimizer state (``step_N.pt``, ``averaged.pt``) and no ``reinit``.
     """
-    model, _, src_tok, tgt_tok, payload = checkpoint.load(path)
+    model, ckpt_cfg, src_tok, tgt_tok, payload = loaded
     if reinit:
-        model = build_model(cfg.model, cfg.decoder, cfg.attention, len(src_tok), len(tgt_tok))
+        model = build_model(ckpt_cfg.model, ckpt_cfg.decoder, ckpt_cfg.attention, len(src_tok), len(tgt_tok))
     optimizer, _ = make_optimizer(model.train(), cfg)
     if not reinit:
         if "optimizer" not in payload:
-            raise SystemExit(f"{path} holds weights only: give the run's checkpoints/last.pt (or best.pt)")
+            raise SystemExit("drift.py: error: the checkpoint holds weights only (no optimizer state): give the run's "
+                             "checkpoints/last.pt (or best.pt), or --reinit for new weights with its subwords")
         optimizer.load_state_dict(payload["optimizer"])
         for group in optimizer.param_groups:
             group["lr"] = cfg.train.lr
@@ -98,16 +118,23 @@ def main() -> None:
                         "new weights and optimizer")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of conf/train.yaml (default: the en->de preset)")
     args = parser.parse_args()
+    if not args.plan or set(args.plan) - set("TV"):
+        parser.error(f"--plan {args.plan!r}: write T (train a block) and V (validate), e.g. TTVTT")
+    if args.block < 1 or args.warmup < 0:
+        parser.error("--block must be at least 1 and --warmup at least 0")
+    if args.reinit and not args.checkpoint:
+        parser.error("--reinit needs --checkpoint (whose subword models and sizes it keeps)")
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(args.flush)
     allocator = reuse_freed_memory()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=[f"threads={args.threads}", "device=cpu",
                                           *(args.overrides or ["+experiment=multi30k_en_de"])])
+    loaded = load_run(args.checkpoint, cfg) if args.checkpoint else None
     torch.manual_seed(cfg.seed)
     splits = load_corpus(cfg, "multi30k")
-    if args.checkpoint:
-        src_tok, tgt_tok, pairs, model, optimizer = checkpoint_setup(cfg, splits, args.checkpoint, args.reinit)
+    if loaded:
+        src_tok, tgt_tok, pairs, model, optimizer = checkpoint_setup(cfg, splits, loaded, args.reinit)
     else:
         src_tok, tgt_tok, pairs, model, optimizer = training_setup(
             cfg, splits, Path(args.work) / f"spm_{cfg.data.src_lang}{cfg.data.tgt_lang}")
