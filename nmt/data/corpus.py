@@ -230,8 +230,9 @@ def log_extra(more: Parallel, extra, limit: int | None) -> None:
     """Log what one ``data.extra_train`` entry added (``more``: its pairs, repeats included), and that
     ``data.train_limit`` (``limit``) did not cut it."""
     repeat, own = extra.get("repeat", 1), extra.get("src_lang")
-    log.info("training data + %s: %d pairs x %d (data.extra_train%s%s)", more.name, len(more) // max(1, repeat), repeat,
-             f", source language {own}" if own else "", f"; data.train_limit={limit} limits the corpus only" if limit else "")
+    log.info("training data + %s: %d pairs x %d (data.extra_train%s%s)", more.name, len(more) // max(1, repeat),
+             repeat, f", source language {own}" if own else "",
+             f"; data.train_limit={limit} limits the corpus only" if limit else "")
 
 
 def read_extra(extra, src_lang: str, tgt_lang: str) -> Parallel:
@@ -250,8 +251,8 @@ def read_extra(extra, src_lang: str, tgt_lang: str) -> Parallel:
 
     Raises:
         DataError: an entry without ``paths`` or ``tsv``, with a key it does not take (a close one suggested),
-            without its two languages, a bad ``repeat`` or ``src_lang``, or a tsv line with too few fields (file and line named); FileNotFoundError /
-            TextFileError.
+            without its two languages, a bad ``repeat`` or ``src_lang``, or a tsv line with too few fields (file
+            and line named); FileNotFoundError / TextFileError (the setting named).
     """
     if not isinstance(extra, Mapping):
         raise DataError(f"data.extra_train entry {extra!r} is not a mapping: write {{paths: {{LANG: FILE, ...}}}} "
