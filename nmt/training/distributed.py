@@ -19,7 +19,7 @@ import gc
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -41,6 +41,7 @@ class Distributed:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    end_group: object = field(default=None, repr=False)  # the gloo group of end_together (None: the default)
 
     @property
     def active(self) -> bool:
@@ -101,6 +102,25 @@ class Distributed:
         self._collective(what, lambda: dist.all_reduce(tensor, op=dist.ReduceOp.MAX))
         return tensor.tolist()
 
+    def end_together(self) -> None:
+        """Hold every rank here until rank 0 is here too, after the final evaluation that rank 0 does alone, so
+        that all ranks end together (no-op on one rank).
+
+        A rank that ended at once took its torchrun agent with it after torchrun's exit barrier (300 s): where
+        that agent hosted the rendezvous store (``--rdzv_backend c10d``, ranks by arrival), rank 0's agent lost
+        the store and ended rank 0 in the middle of its evaluation. The wait goes through a gloo group (on
+        NCCL runs too), so it notices a peer that died at once and is bounded by ``train.dist_timeout``. Never
+        raises: a rank that cannot wait any longer logs a warning and returns, as rank 0's outcome is the
+        run's."""
+        if not self.active:
+            return
+        try:
+            dist.barrier(group=self.end_group)
+        except RuntimeError as err:
+            log.warning("rank %d of %d: the ranks did not end together (rank 0's final evaluation takes longer "
+                        "than train.dist_timeout, or a peer died): %s", self.rank, self.world_size,
+                        str(err).splitlines()[0] if str(err) else type(err).__name__)
+
     def close(self) -> None:
         """Leave the process group (after the last collective). The DistributedDataParallel wrapper, which holds
         the group and lives in reference cycles, is collected first: left to the interpreter's shutdown, its
@@ -151,10 +171,11 @@ def init_distributed(device: str, timeout_s: float = 1800.0) -> tuple[Distribute
     else:
         chosen = torch.device("cpu")
     backend = "nccl" if use_cuda else "gloo"
-    dist.init_process_group(backend, rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=float(timeout_s)),
+    timeout = datetime.timedelta(seconds=float(timeout_s))
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout,
                             **({"device_id": chosen} if use_cuda else {}))
-    return Distributed(rank, world, local), chosen
+    end_group = dist.new_group(backend="gloo", timeout=timeout) if use_cuda else None
+    return Distributed(rank, world, local, end_group), chosen
 
 
 def reports_shared_errors(rank: int) -> bool:

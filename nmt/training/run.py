@@ -98,11 +98,11 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = (), dist: Dis
                "train_minutes": progress.train_seconds / 60, "run_dir": str(run_dir), "stopped": stop}
     if stop.startswith("interrupted"):
         return {**results, "interrupted": True}
-    if not dist.is_main:  # the final evaluation is rank 0's
-        return {**results, "rank": dist.rank}
-    results.update(final_evaluation(cfg, splits, run_dir, device, progress.best_bleu))
-    log_done(cfg, results, run_dir, agreement)
-    return results
+    if dist.is_main:  # the final evaluation is rank 0's; the other ranks wait for it (end_together)
+        results.update(final_evaluation(cfg, splits, run_dir, device, progress.best_bleu))
+        log_done(cfg, results, run_dir, agreement)
+    dist.end_together()
+    return results if dist.is_main else {**results, "rank": dist.rank}
 
 
 def training_precision(t, device, dist: Distributed) -> str:

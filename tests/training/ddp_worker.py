@@ -2,10 +2,12 @@
 
 ``torchrun --nproc_per_node N tests/training/ddp_worker.py OUT RUN_DIR key=value ...`` runs
 :func:`nmt.training.run.train` on every rank and writes ``OUT/rank{r}.pt`` (the raw weights each rank ended
-with), so the tests can compare the ranks with each other and with one process.
+with) and ``OUT/rank{r}.ended`` (the time its training call returned), so the tests can compare the ranks
+with each other and with one process.
 """
 
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -32,6 +34,7 @@ def main() -> None:
     run.train_loop = keep_weights
     try:
         run.train(cfg, run_dir, overrides, dist, device)
+        (out / f"rank{dist.rank}.ended").write_text(repr(time.time()))
     finally:
         dist.close()
 
