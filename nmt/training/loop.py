@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import shlex
 import signal
 import sys
@@ -223,8 +224,11 @@ def interrupted(cfg, model, optimizer, scheduler, toks, run_dir: Path, progress:
     last = (run_dir / "checkpoints" / "last.pt").resolve()
     keep = resume_overrides(overrides)
     command = shlex.join([*keep, override("train.resume", last), override("hydra.run.dir", run_dir.resolve())])
-    log.warning("%s: stopped at step %d and saved %s. Resume with:\n  %s %s", name, progress.step, last,
-                launcher(dist), command)
+    start = launcher(dist)
+    where = (f" (on each of the {start.split()[2]} machines, RENDEZVOUS being its --node_rank and rendezvous "
+             "options as at the start)") if " RENDEZVOUS " in start else ""
+    log.warning("%s: stopped at step %d and saved %s. Resume with%s:\n  %s %s", name, progress.step, last, where,
+                start, command)
     return f"interrupted by {name}"
 
 
@@ -232,9 +236,14 @@ def launcher(dist: Distributed) -> str:
     """The start of the command that ran this training, for its printed resume command: ``nmt-train``,
     ``python -m nmt.train`` or ``python PATH/train.py`` with the path as it was typed (so the command also works
     from another folder), each after ``torchrun --nproc_per_node N`` (as ``-m nmt.train`` or the script) when
-    torchrun started it."""
+    torchrun started it; on several machines ``torchrun --nnodes M --nproc_per_node N RENDEZVOUS``, as the
+    machines' rendezvous options (``--node_rank``, ``--master_addr`` or ``--rdzv_endpoint``) are not known here."""
     installed = command_name("train.py", "nmt-train") == "nmt-train"
     script = ["-m", "nmt.train"] if installed or Path(sys.argv[0]).parent.name == "nmt" else [sys.argv[0]]
+    nodes = int(os.environ.get("GROUP_WORLD_SIZE") or 1)  # set by torchrun: the number of machines
+    if dist.active and nodes > 1:
+        per_node = int(os.environ.get("LOCAL_WORLD_SIZE") or dist.world_size // nodes)
+        return f"torchrun --nnodes {nodes} --nproc_per_node {per_node} RENDEZVOUS {shlex.join(script)}"
     if dist.active:
         return f"torchrun --nproc_per_node {dist.world_size} {shlex.join(script)}"
     return "nmt-train" if installed else f"python {shlex.join(script)}"

@@ -156,7 +156,7 @@ def test_a_killed_rank_ends_its_peer_with_an_error_naming_the_rank(tmp_path):
         for proc in procs:
             proc.kill()
     assert procs[0].returncode == 1, output[-3000:]
-    assert "train.py: error (rank 0 of 2):" in output and "peer process died" in output, output[-3000:]
+    assert "train.py: error: rank 0 of 2: " in output and "peer process died" in output, output[-3000:]
     assert waited < 60
 
 

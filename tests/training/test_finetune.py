@@ -137,3 +137,20 @@ def test_the_resume_command_starts_as_the_interrupted_command_did(monkeypatch, a
 
     monkeypatch.setattr(sys, "argv", [argv0, "train.max_steps=3"])
     assert launcher(Distributed()) == expected
+
+
+def test_the_resume_command_of_a_run_on_several_machines_names_them(monkeypatch):
+    """torchrun on 2 machines x 1 process: the printed command says --nnodes and leaves the rendezvous options
+    (which the ranks do not see) to the user, rather than a one-machine command."""
+    import sys
+
+    from nmt.training.distributed import Distributed
+    from nmt.training.loop import launcher
+
+    monkeypatch.setattr(sys, "argv", ["train.py"])
+    monkeypatch.setenv("GROUP_WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert launcher(Distributed(0, 2)) == "torchrun --nnodes 2 --nproc_per_node 1 RENDEZVOUS train.py"
+    monkeypatch.setenv("GROUP_WORLD_SIZE", "1")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert launcher(Distributed(0, 2)) == "torchrun --nproc_per_node 2 train.py"
