@@ -162,8 +162,8 @@ def main(cfg: DictConfig) -> float:
         if not isinstance(err, RunFolderBusy):  # that folder is another run's: leave everything in it alone
             named = not sweep and any(o.startswith("hydra.run.dir=") for o in hydra_cfg.overrides.hydra)
             remove_unused_run_dir(Path(hydra_cfg.runtime.output_dir), named)  # every rank: its files may come last
-        named = isinstance(err, DistributedError)  # its message names the rank already
-        rank = f" (rank {dist.rank} of {dist.world_size})" if dist.active and not named else ""
+        says_rank = isinstance(err, DistributedError)  # its message names the rank already
+        rank = f" (rank {dist.rank} of {dist.world_size})" if dist.active and not says_rank else ""
         if sweep:
             report_sweep_job_error(f"{err}{rank}")
         if not isinstance(err, DistributedError) and not reports_shared_errors(dist.rank):

@@ -224,12 +224,16 @@ def interrupted(cfg, model, optimizer, scheduler, toks, run_dir: Path, progress:
     last = (run_dir / "checkpoints" / "last.pt").resolve()
     keep = resume_overrides(overrides)
     command = shlex.join([*keep, override("train.resume", last), override("hydra.run.dir", run_dir.resolve())])
-    start = launcher(dist)
-    where = (f" (on each of the {start.split()[2]} machines, RENDEZVOUS being its --node_rank and rendezvous "
-             "options as at the start)") if " RENDEZVOUS " in start else ""
+    where = (f" (on each of the {machines(dist)} machines, RENDEZVOUS being its --node_rank and rendezvous "
+             "options as at the start)") if machines(dist) > 1 else ""
     log.warning("%s: stopped at step %d and saved %s. Resume with%s:\n  %s %s", name, progress.step, last, where,
-                start, command)
+                launcher(dist), command)
     return f"interrupted by {name}"
+
+
+def machines(dist: Distributed) -> int:
+    """How many machines the run's ranks are on: torchrun's ``GROUP_WORLD_SIZE`` (1 without torchrun)."""
+    return int(os.environ.get("GROUP_WORLD_SIZE") or 1) if dist.active else 1
 
 
 def launcher(dist: Distributed) -> str:
@@ -240,8 +244,7 @@ def launcher(dist: Distributed) -> str:
     machines' rendezvous options (``--node_rank``, ``--master_addr`` or ``--rdzv_endpoint``) are not known here."""
     installed = command_name("train.py", "nmt-train") == "nmt-train"
     script = ["-m", "nmt.train"] if installed or Path(sys.argv[0]).parent.name == "nmt" else [sys.argv[0]]
-    nodes = int(os.environ.get("GROUP_WORLD_SIZE") or 1)  # set by torchrun: the number of machines
-    if dist.active and nodes > 1:
+    if (nodes := machines(dist)) > 1:
         per_node = int(os.environ.get("LOCAL_WORLD_SIZE") or dist.world_size // nodes)
         return f"torchrun --nnodes {nodes} --nproc_per_node {per_node} RENDEZVOUS {shlex.join(script)}"
     if dist.active:
