@@ -49,8 +49,8 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = (), dist: Dis
     run directory already holds one; the model, tokenizers and architecture then come from the checkpoint.
     ``overrides``: the command line's ``key=value`` overrides, repeated in the resume command printed after
     an interruption. ``dist``: this process's rank under torchrun (:func:`nmt.training.distributed.init_distributed`,
-    which also picks ``device``); rank 0 alone writes the run folder, the others return after the training loop
-    with ``rank`` in their results.
+    which also picks ``device``); rank 0 alone writes the run folder, the others wait for its final evaluation
+    (:meth:`~nmt.training.distributed.Distributed.end_together`) and return ``rank`` in their results.
 
     Returns:
         a dict with ``valid_bleu`` (best greedy validation BLEU), per-split test/valid BLEU and chrF for
