@@ -247,7 +247,8 @@ def read_extra(extra, src_lang: str, tgt_lang: str) -> Parallel:
     Multi30k's French captions beside its English ones, both translated into the German captions); the
     target side is always the run's ``tgt_lang``.
     ``pretokenized: true`` (used by :func:`load_splits`) marks text already in the ``data.normalize``
-    convention (gold alignment sentences): it is only lowercased, never re-tokenized.
+    convention (gold alignment sentences): it is only lowercased, never re-tokenized. A ``paths`` file of a third
+    language (neither the entry's source nor the target) is not read, with a warning.
 
     Raises:
         DataError: an entry without ``paths`` or ``tsv``, with a key it does not take (a close one suggested),
@@ -278,6 +279,9 @@ def read_extra(extra, src_lang: str, tgt_lang: str) -> Parallel:
         if missing:
             raise DataError(f"data.extra_train entry {dict(paths)} has no file for {missing}: name one file per "
                             f"language ({src_lang}: FILE, {tgt_lang}: FILE)")
+        for lang in sorted(set(paths) - {src_lang, tgt_lang}):  # e.g. a many-to-one entry without its src_lang
+            log.warning("data.extra_train paths.%s=%s is not read: the entry reads %s -> %s (src_lang: %s reads "
+                        "it as the source side)", lang, paths[lang], src_lang, tgt_lang, lang)
         pairs = read_parallel(str(paths[src_lang]), paths[src_lang], paths[tgt_lang],
                               (f"data.extra_train paths.{src_lang}", f"data.extra_train paths.{tgt_lang}"))
     elif extra.get("tsv"):

@@ -75,3 +75,15 @@ def test_the_log_names_the_source_language_and_a_missing_file_its_setting(multi3
         read_extra(missing, "en", "de")
     with pytest.raises(FileNotFoundError, match=r"^data.extra_train tsv=.*nope.tsv: file not found$"):
         read_extra({"tsv": str(tmp_path / "nope.tsv"), "columns": ["en", "de"]}, "en", "de")
+
+
+def test_a_file_of_a_third_language_is_named_as_not_read(multi30k_dir, caplog):
+    entry = {"paths": {lang: str(multi30k_dir / f"val.{lang}.gz") for lang in ("en", "fr", "de")}}
+    for src_lang, unused in (("en", "fr"), ("fr", "en")):  # without src_lang the entry is read as the run's en -> de
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="nmt.data.corpus"):
+            pairs = read_extra({**entry, "src_lang": src_lang} if src_lang == "fr" else entry, "en", "de")
+        assert pairs.src == read_lines(multi30k_dir / f"val.{src_lang}.gz")
+        expected = (f"data.extra_train paths.{unused}={multi30k_dir / f'val.{unused}.gz'} is not read: the entry "
+                    f"reads {src_lang} -> de (src_lang: {unused} reads it as the source side)")
+        assert [r.getMessage() for r in caplog.records] == [expected]
