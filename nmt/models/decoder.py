@@ -40,9 +40,9 @@ class Decoder(nn.Module):
     attention, so teacher-forced :meth:`forward` steps only the GRU stack through T and then attends with all T
     queries at once (``[B, T, H]``; one step after another with Markov or fertility biases, whose a_t reads
     a_{t-1}: :mod:`nmt.models.biases`), and the output h_t no longer passes on to later steps what was attended to
-    (Luong et al. found input feeding worth about +1 BLEU). On CPU it trains only a little faster: 8% (1,000 steps
-    side by side, one thread each), since a step is compute-bound and the ``[B, T, S, A]`` additive energies are
-    built at once instead of step by step. As an aligner it scored 2.1-2.5 AER points better (docs/alignment.md).
+    (Luong et al. found input feeding worth about +1 BLEU). A step has fewer, larger operators, so it trains faster
+    where a step is bound by its many small ones (bf16 on CPUs with bf16 units); speed, BLEU and AER against input
+    feeding are in docs/benchmarks.md, docs/results.md and docs/alignment.md.
 
     With ``num_layers > 1`` the GRU is a stack with dropout between layers; the top layer's state is the query.
     The first layer's input projection of the embeddings (``W_ih[:, :E] E y``) needs no recurrence, so
