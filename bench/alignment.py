@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--reverse", help="run folder or checkpoint trained in the opposite direction")
     parser.add_argument("--label", help="a name for the rows (printed and stored; default: the --forward folder's name)")
     parser.add_argument("--json", help="append the rows to this jsonl file")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     data_dir = Path(os.environ.get("NMT_DATA_DIR", ROOT.parent / "shared" / "corpora"))

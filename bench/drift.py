@@ -109,7 +109,7 @@ def main() -> None:
     parser.add_argument("--plan", default="TTTVTTVTTT", help="T: train the block of batches; V: validate")
     parser.add_argument("--block", type=int, default=150, help="batches per T (default 150)")
     parser.add_argument("--warmup", type=int, default=20, help="untimed steps first (default 20)")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
     parser.add_argument("--flush", action="store_true", help="flush subnormal numbers to zero")
     parser.add_argument("--work", default="/tmp/nmt_speed", help="scratch folder (sentencepiece models)")
     parser.add_argument("--checkpoint", help="start from this training checkpoint (last.pt, best.pt): its weights, "

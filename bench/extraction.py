@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python bench/extraction.py", description=__doc__.split("\n")[0])
     parser.add_argument("--pair", action="append", required=True,
                         help="RUN (its reverse/ folder is the fr->en model) or FORWARD,REVERSE; repeat to average")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     pairs = [tuple(p.split(",")) if "," in p else (p, str(Path(p) / "reverse")) for p in args.pair]

@@ -254,7 +254,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=300, help="timed training steps (default 300)")
     parser.add_argument("--warmup", type=int, default=30, help="untimed steps first (default 30)")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
     parser.add_argument("--checkpoint", help="decode with this trained checkpoint instead of the benchmark model")
     parser.add_argument("--decode-only", action="store_true",
                         help="with --checkpoint: no training window, decoding only; with --peer, the peer decodes "

@@ -108,7 +108,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=20, help="profiled training steps (default 20)")
     parser.add_argument("--warmup", type=int, default=10, help="untimed steps first (default 10)")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
     parser.add_argument("--work", default="/tmp/nmt_speed", help="scratch folder (sentencepiece models)")
     parser.add_argument("--json", help="write the report here (default bench/runs/profile-<time>.json)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of conf/train.yaml")
