@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -242,6 +244,26 @@ def test_translate_with_a_missing_checkpoint_says_so_in_one_line(repo_root, tmp_
     assert proc.returncode == 1
     assert stderr.strip() == f"translate.py: error: checkpoint not found: {tmp_path}/nope.pt"
     assert not (tmp_path / "out.en").exists()
+
+
+def test_a_missing_checkpoint_names_the_newest_run_folder_beside_it(tmp_path):
+    """The README's placeholder ``outputs/RUN`` pasted as it is: the error names the run folder to give."""
+    for name, age in (("2026-01-01_10-00-00_additive", 100), ("2026-01-02_10-00-00_dot", 10)):
+        (tmp_path / "outputs" / name / "checkpoints").mkdir(parents=True)
+        os.utime(tmp_path / "outputs" / name / "checkpoints", (time.time() - age,) * 2)
+    (tmp_path / "outputs" / "notes").mkdir()  # not a run folder
+    newest = tmp_path / "outputs" / "2026-01-02_10-00-00_dot"
+    for given in ("outputs/RUN", "outputs/RUN/checkpoints/best.pt"):
+        with pytest.raises(FileNotFoundError) as err:
+            checkpoint.load_payload(tmp_path / given)
+        assert str(err.value) == (f"checkpoint not found: {tmp_path / given} (the newest run folder in "
+                                  f"{tmp_path / 'outputs'} is {newest}: give checkpoint={newest})")
+
+
+def test_a_missing_checkpoint_without_its_folder_says_where_runs_are_written(tmp_path):
+    with pytest.raises(FileNotFoundError, match=rf"^checkpoint not found: {re.escape(str(tmp_path))}/outputs/RUN "
+                       rf"\(there is no folder {re.escape(str(tmp_path))}/outputs: train\.py writes each run"):
+        checkpoint.load_payload(tmp_path / "outputs" / "RUN")
 
 
 @pytest.mark.parametrize("key", ["input", "reference"])

@@ -122,6 +122,27 @@ def write_payload(path: str | Path, payload: dict) -> None:
     atomic_write(path, buffer.getvalue())
 
 
+def not_found_hint(path: Path) -> str:
+    """What to give instead of a checkpoint path that does not exist: the newest run folder (one holding
+    ``checkpoints/``) beside where ``path`` points, or, when the folder it names is missing too, where ``train.py``
+    writes them. ``""`` when ``path``'s folder exists but holds no run folder.
+    """
+    parent = path.parent
+    while parent != parent.parent and not parent.is_dir():
+        parent = parent.parent  # the nearest folder of the path that exists
+    try:
+        runs = [child for child in parent.iterdir() if (child / "checkpoints").is_dir()]
+    except OSError:
+        runs = []
+    if runs:
+        newest = max(runs, key=lambda child: (child / "checkpoints").stat().st_mtime)
+        return f" (the newest run folder in {parent} is {newest}: give checkpoint={newest})"
+    if parent != path.parent:
+        return (f" (there is no folder {path.parent}: train.py writes each run to a folder of its own under "
+                f"outputs/ of the folder it was started in, and prints it as 'run folder ...')")
+    return ""
+
+
 def load_payload(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
     """Read a checkpoint with ``weights_only=True`` (no code from the file runs).
 
@@ -137,7 +158,7 @@ def load_payload(path: str | Path, map_location: str | torch.device = "cpu") -> 
                 " (nor a run folder: it has no checkpoints/); give a .pt file written by train.py or its run folder")
         raise CheckpointError(f"{path} is a folder, not a checkpoint file{hint}")
     if not path.is_file():
-        raise FileNotFoundError(f"checkpoint not found: {path}")
+        raise FileNotFoundError(f"checkpoint not found: {path}{not_found_hint(path)}")
     with open(path, "rb") as handle:
         head = handle.read(4)
     if not (head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"):  # torch.save's zip, or a legacy pickle
