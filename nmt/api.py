@@ -80,7 +80,11 @@ class Translator:
                 and ensemble members of other subwords or another direction.
             ValueError: an unknown device, CUDA on a machine without it, threads below 1, an unknown combine, an
                 empty list.
+            TypeError: a path that is neither a str, a Path nor a list of them (e.g. None).
         """
+        if not isinstance(path, (str, Path, Sequence)):
+            raise TypeError(f"Translator.load: path must be a run folder or a checkpoint file (a str or Path), or a "
+                            f"list of them, got {type(path).__name__}")
         set_threads(threads)
         chosen = pick_device(device)
         if isinstance(path, (str, Path)):

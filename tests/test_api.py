@@ -105,3 +105,9 @@ def test_a_list_of_checkpoints_is_an_ensemble(run, translator):
         nmt.Translator.load([best, best], device="cpu", combine="max")
     with pytest.raises(ValueError, match="an ensemble needs at least one checkpoint"):
         nmt.Translator.load([], device="cpu")
+
+
+def test_load_refuses_a_path_that_is_not_one_by_type():
+    with pytest.raises(TypeError, match=r"^Translator\.load: path must be a run folder or a checkpoint file .*, got "
+                                        r"NoneType$"):
+        nmt.Translator.load(None)

@@ -246,18 +246,43 @@ def test_translate_with_a_missing_checkpoint_says_so_in_one_line(repo_root, tmp_
     assert not (tmp_path / "out.en").exists()
 
 
-def test_a_missing_checkpoint_names_the_newest_run_folder_beside_it(tmp_path):
-    """The README's placeholder ``outputs/RUN`` pasted as it is: the error names the run folder to give."""
-    for name, age in (("2026-01-01_10-00-00_additive", 100), ("2026-01-02_10-00-00_dot", 10)):
+def test_a_missing_checkpoint_names_the_run_folder_or_file_meant(tmp_path):
+    """The README's placeholder ``outputs/RUN`` pasted as it is gets the newest run folder; a typo of a run folder
+    or of a checkpoint file gets the one it is like, not the newest."""
+    from nmt.models.checkpoint import CheckpointError
+
+    older, newer = "2026-01-01_10-00-00_additive_luong", "2026-01-02_10-00-00_dot_luong"
+    for name, age in ((older, 100), (newer, 10)):
         (tmp_path / "outputs" / name / "checkpoints").mkdir(parents=True)
         os.utime(tmp_path / "outputs" / name / "checkpoints", (time.time() - age,) * 2)
     (tmp_path / "outputs" / "notes").mkdir()  # not a run folder
-    newest = tmp_path / "outputs" / "2026-01-02_10-00-00_dot"
-    for given in ("outputs/RUN", "outputs/RUN/checkpoints/best.pt"):
+    outputs, newest = tmp_path / "outputs", tmp_path / "outputs" / newer
+
+    def message(given):
         with pytest.raises(FileNotFoundError) as err:
             checkpoint.load_payload(tmp_path / given)
-        assert str(err.value) == (f"checkpoint not found: {tmp_path / given} (the newest run folder in "
-                                  f"{tmp_path / 'outputs'} is {newest}: give checkpoint={newest})")
+        return str(err.value)
+
+    for given in ("outputs/RUN", "outputs/RUN/checkpoints/best.pt"):
+        assert message(given) == (f"checkpoint not found: {tmp_path / given} (the newest run folder in {outputs} "
+                                  f"is {newest}; 2 run folders there)")
+    typo = "2026-01-01_10-00-00_additive_loung"
+    assert message(f"outputs/{typo}").endswith(f"(did you mean the run folder {outputs / older}?)")
+    assert message(f"outputs/{typo}/checkpoints/best.pt").endswith(f"(did you mean the run folder {outputs / older}?)")
+    files = outputs / older / "checkpoints"
+    for name in ("best.pt", "last.pt", "step_143.pt"):
+        (files / name).write_bytes(b"x")
+    os.utime(files, (time.time() - 100,) * 2)  # (writing them made it the newest)
+    assert message(f"outputs/{older}/checkpoints/bst.pt").endswith(f"(did you mean {files / 'best.pt'}?)")
+    assert message(f"outputs/{older}/checkpoints/model.pt").endswith(f"({files} holds best.pt, last.pt, step_143.pt)")
+    with pytest.raises(CheckpointError, match=rf"checkpoints is a folder, not a checkpoint file: a folder of "
+                       rf"checkpoints \(best\.pt, last\.pt, step_143\.pt\); pass one of them, e\.g\. "
+                       rf"{re.escape(str(files / 'best.pt'))}$"):
+        checkpoint.load_payload(files)
+    with pytest.raises(CheckpointError, match=rf"outputs is a folder, not a checkpoint file: a folder of 2 run "
+                       rf"folders; pass one of them, e\.g\. the newest, {re.escape(str(newest))}$"):
+        checkpoint.load_payload(outputs)
+    assert checkpoint.run_model(files) == files / "best.pt"  # RUN/checkpoints/ stands for RUN
 
 
 def test_a_missing_checkpoint_without_its_folder_says_where_runs_are_written(tmp_path):

@@ -20,6 +20,7 @@ from nmt.data.tokenizer import Tokenizer
 from nmt.models import attention, multihead, positional
 from nmt.models.biases import BIAS_KEYS
 from nmt.models.build import build_model
+from nmt.models.run_folders import folder_hint, not_found_hint
 from nmt.models.seq2seq import Seq2Seq
 from nmt.settings import from_plain, to_plain
 
@@ -122,27 +123,6 @@ def write_payload(path: str | Path, payload: dict) -> None:
     atomic_write(path, buffer.getvalue())
 
 
-def not_found_hint(path: Path) -> str:
-    """What to give instead of a checkpoint path that does not exist: the newest run folder (one holding
-    ``checkpoints/``) beside where ``path`` points, or, when the folder it names is missing too, where ``train.py``
-    writes them. ``""`` when ``path``'s folder exists but holds no run folder.
-    """
-    parent = path.parent
-    while parent != parent.parent and not parent.is_dir():
-        parent = parent.parent  # the nearest folder of the path that exists
-    try:
-        runs = [child for child in parent.iterdir() if (child / "checkpoints").is_dir()]
-    except OSError:
-        runs = []
-    if runs:
-        newest = max(runs, key=lambda child: (child / "checkpoints").stat().st_mtime)
-        return f" (the newest run folder in {parent} is {newest}: give checkpoint={newest})"
-    if parent != path.parent:
-        return (f" (there is no folder {path.parent}: train.py writes each run to a folder of its own under "
-                f"outputs/ of the folder it was started in, and prints it as 'run folder ...')")
-    return ""
-
-
 def load_payload(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
     """Read a checkpoint with ``weights_only=True`` (no code from the file runs).
 
@@ -153,10 +133,7 @@ def load_payload(path: str | Path, map_location: str | torch.device = "cpu") -> 
     """
     path = Path(path)
     if path.is_dir():
-        hint = (f": a run folder; pass one of its checkpoints, e.g. {path / 'checkpoints' / 'best.pt'}"
-                if (path / "checkpoints").is_dir() else
-                " (nor a run folder: it has no checkpoints/); give a .pt file written by train.py or its run folder")
-        raise CheckpointError(f"{path} is a folder, not a checkpoint file{hint}")
+        raise CheckpointError(f"{path} is a folder, not a checkpoint file{folder_hint(path)}")
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}{not_found_hint(path)}")
     with open(path, "rb") as handle:
@@ -202,13 +179,15 @@ def run_model(path: str | Path) -> Path:
     the model its final evaluation scored (``eval/test.scores.json`` or ``eval/valid.scores.json`` record it:
     ``best.pt`` or ``averaged.pt``) unless ``best.pt`` is newer than that file (the run was resumed and has not
     finished again), else its ``checkpoints/best.pt``, so ``checkpoint=RUN`` translates with the model behind the
-    run's reported BLEU.
+    run's reported BLEU. A run folder's ``checkpoints/`` folder itself stands for its run folder.
 
     Raises:
         CheckpointError: for a run folder that holds neither (training still running or stopped early: it names
             ``last.pt`` when that exists).
     """
     path = Path(path)
+    if path.name == "checkpoints" and path.is_dir() and not (path / "checkpoints").is_dir():
+        path = path.parent  # (what a shell's completion gives for RUN/)
     folder = path / "checkpoints"
     if not (path.is_dir() and folder.is_dir()):
         return path  # a file, or a path that load() will report
