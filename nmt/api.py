@@ -114,7 +114,9 @@ class Translator:
         """Translate sentences (one line each; a single string counts as one sentence).
 
         Args:
-            sentences: the source lines; empty lines get empty translations.
+            sentences: the source lines; empty lines get empty translations. Each string is one sentence
+                whatever it holds: a line break inside it (``"\\n"``, ``"\\r"``, U+2028) is read as a space, so
+                split a text into lines first (``text.splitlines()``) for one translation per line.
             precision: ``fp32``, ``bf16`` (autocast on CPU or GPU), ``fp16`` (CUDA only) or ``auto`` (bf16 on a
                 CPU with bf16 units, else fp32: :func:`nmt.models.precision.auto_precision`) for the search's products.
             **decode: decoding settings for this call: ``beam_size`` (1 = greedy), ``n_best``, ``length_penalty``,

@@ -109,7 +109,8 @@ def run(cfg: DictConfig, stage: dict | None = None) -> None:
 
     Raises:
         FileNotFoundError, nmt.checkpoint.CheckpointError, nmt.textio.TextFileError: a missing or unusable
-            checkpoint, input or reference file (the message names it).
+            checkpoint, input or reference file (the message names it; a missing checkpoint is named before
+            the input is read).
         ValueError: a reference with another line count than the input, a decoding or output setting that
             :func:`check_outputs` refuses, or an unusable ``device=`` or ``threads=``; all found before anything
             is translated or written.
@@ -123,6 +124,8 @@ def run(cfg: DictConfig, stage: dict | None = None) -> None:
     device = pick_device(cfg.device)
     precision = check_precision(cfg.precision, device, "precision")  # auto -> fp32 or bf16
     beam_size, n_best = check_outputs(cfg)
+    for name in [cfg.checkpoint] if isinstance(cfg.checkpoint, str) else cfg.checkpoint:
+        checkpoint.existing_file(checkpoint.run_model(name))  # a wrong checkpoint= is named before the input
     sentences = read_lines(cfg.input, key="input")
     references = read_lines(cfg.reference, key="reference") if cfg.reference else None
     if references is not None and len(references) != len(sentences):  # found before any translating

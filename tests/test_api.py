@@ -67,6 +67,15 @@ def test_sentences_must_be_strings(translator):
         translator.translate([b"bytes"])
 
 
+def test_a_line_break_inside_a_sentence_is_read_as_a_space(translator):
+    """One string is one sentence: its line breaks do not split it (the docstring says to split first)."""
+    spaced = "Ein Mann fährt Fahrrad. Zwei Hunde spielen."
+    got = translator.translate([spaced.replace(". ", ".\n"), spaced.replace(". ", ".\u2028"), spaced], beam_size=1)
+    assert len(got) == 3
+    assert got[0].src_pieces == got[1].src_pieces == got[2].src_pieces
+    assert got[0].text == got[1].text == got[2].text
+
+
 def test_forced_alignment_equals_nmt_align(run, translator):
     targets = ["A man rides a bike.", "", "Two dogs play in the snow with a red ball."]
     model, _, src_tok, tgt_tok, _ = checkpoint.load(checkpoint.run_model(run))

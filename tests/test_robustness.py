@@ -246,6 +246,17 @@ def test_translate_with_a_missing_checkpoint_says_so_in_one_line(repo_root, tmp_
     assert not (tmp_path / "out.en").exists()
 
 
+def test_translate_names_a_missing_checkpoint_before_a_missing_input(repo_root, tmp_path):
+    """The README's line pasted as it is, in a folder with neither its run folder nor its input."""
+    proc = run_script([str(repo_root / "translate.py"), "checkpoint=outputs/RUN", "input=news.de",
+                       "output=news.en"], tmp_path)
+    stderr = proc.stderr.decode()
+    assert proc.returncode == 1
+    assert stderr.startswith(f"translate.py: error: checkpoint not found: {tmp_path}/outputs/RUN"), stderr
+    assert "news.de" not in stderr
+    assert not (tmp_path / "news.en").exists()
+
+
 def test_a_missing_checkpoint_names_the_run_folder_or_file_meant(tmp_path):
     """The README's placeholder ``outputs/RUN`` pasted as it is gets the newest run folder; a typo of a run folder
     or of a checkpoint file gets the one it is like, not the newest."""
@@ -294,8 +305,9 @@ def test_a_missing_checkpoint_without_its_folder_says_where_runs_are_written(tmp
 @pytest.mark.parametrize("key", ["input", "reference"])
 def test_translate_with_a_missing_input_or_reference_names_the_key(repo_root, tmp_path, key):
     (tmp_path / "in.de").write_text("Ein Hund.\n", encoding="utf-8")
+    (tmp_path / "model.pt").write_bytes(b"not opened")  # the checkpoint must exist, and is not read before the input
     given = {"input": "in.de", "reference": None, key: "missing.txt"}
-    proc = run_script([str(repo_root / "translate.py"), f"checkpoint={tmp_path}/nope.pt", "output=out.en",
+    proc = run_script([str(repo_root / "translate.py"), f"checkpoint={tmp_path}/model.pt", "output=out.en",
                        *(f"{k}={v}" for k, v in given.items() if v)], tmp_path)
     assert proc.returncode == 1
     assert proc.stderr.decode().strip() == f"translate.py: error: {key}={tmp_path}/missing.txt: file not found"
@@ -359,10 +371,11 @@ def test_a_run_folder_means_the_model_its_final_evaluation_scored(tmp_path):
 
 def test_translate_checks_the_reference_line_count_before_translating(repo_root, tmp_path):
     """reference= with another line count than input= fails at once, naming both files, and writes nothing (the
-    checkpoint is not even opened: this one does not exist)."""
+    checkpoint is not even opened: this one is not a checkpoint at all)."""
     (tmp_path / "in.de").write_text("Ein Hund.\nZwei Katzen.\n", encoding="utf-8")
     (tmp_path / "ref.en").write_text("A dog.\n", encoding="utf-8")
-    proc = run_script([str(repo_root / "translate.py"), "checkpoint=nope.pt", "input=in.de", "output=out.en",
+    (tmp_path / "model.pt").write_bytes(b"not opened")
+    proc = run_script([str(repo_root / "translate.py"), "checkpoint=model.pt", "input=in.de", "output=out.en",
                        "reference=ref.en"], tmp_path)
     assert proc.returncode == 1
     assert proc.stderr.decode().strip() == (f"translate.py: error: {tmp_path}/ref.en has 1 line but {tmp_path}/in.de "
@@ -407,7 +420,8 @@ def test_translate_refuses_an_alignments_path_without_npz_before_translating(rep
 def test_translate_refuses_bad_settings_in_one_line_before_translating(repo_root, tmp_path, args, message):
     (tmp_path / "in.de").write_text("Ein Hund.\n", encoding="utf-8")
     (tmp_path / "sub").mkdir()
-    proc = run_script([str(repo_root / "translate.py"), "checkpoint=nope.pt", "input=in.de", "output=out.en", *args],
+    (tmp_path / "model.pt").write_bytes(b"not opened")  # refused before the checkpoint is read
+    proc = run_script([str(repo_root / "translate.py"), "checkpoint=model.pt", "input=in.de", "output=out.en", *args],
                       tmp_path)
     assert proc.returncode == 1
     assert proc.stderr.decode().strip() == "translate.py: error: " + message.format(tmp=tmp_path)

@@ -160,6 +160,18 @@ def _plot_sentence(matrix: np.ndarray, rec: dict, npz_path: Path, index: int, ou
         raise ValueError(f"{gold.path}, sentence {index + 1}: {err}") from None
 
 
+def _tokens_file(npz_path: Path) -> Path:
+    """The ``.jsonl`` beside an alignments file that exists (see :func:`plot_npz` for what it raises)."""
+    if npz_path.suffix != ".npz":  # (a translation or source file given instead: its .jsonl would be looked for)
+        raise ValueError(f"{npz_path} is not an alignments file: give the .npz that translate.py writes with "
+                         "alignments=X.alignments.npz (its tokens are in the .jsonl beside it)")
+    if not npz_path.is_file():
+        raise FileNotFoundError(f"{npz_path} not found")
+    if not (jsonl_path := jsonl_of(npz_path)).is_file():
+        raise FileNotFoundError(f"{jsonl_path} not found (tokens for {npz_path})")
+    return jsonl_path
+
+
 def plot_npz(npz_path: str | Path, indices: list[int], out_dir: str | Path | None = None,
              gold=None, shift: int = 0, head: str | int = "mean") -> list[Path]:
     """Draw the heatmaps of some sentences of a saved ``X.alignments.npz`` (+ its sibling ``.jsonl``).
@@ -182,16 +194,13 @@ def plot_npz(npz_path: str | Path, indices: list[int], out_dir: str | Path | Non
         the PNG paths written, in the order of ``indices``.
     Raises:
         FileNotFoundError: if the npz or the jsonl is missing.
+        ValueError: if ``npz_path`` does not end in ``.npz`` (a translation given instead of its alignments).
         KeyError: if an index is not in the npz or the jsonl (the message names the file and the range).
         ValueError: if an array does not match its tokens, or a line of the jsonl is not a token record (file
             and line named).
     """
     npz_path = Path(npz_path)
-    jsonl_path = jsonl_of(npz_path)
-    if not npz_path.is_file():
-        raise FileNotFoundError(f"{npz_path} not found")
-    if not jsonl_path.is_file():
-        raise FileNotFoundError(f"{jsonl_path} not found (tokens for {npz_path})")
+    jsonl_path = _tokens_file(npz_path)
     out = Path(out_dir) if out_dir is not None else npz_path.parent
     records = read_records(jsonl_path)
     written = []

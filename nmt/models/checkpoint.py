@@ -123,6 +123,22 @@ def write_payload(path: str | Path, payload: dict) -> None:
     atomic_write(path, buffer.getvalue())
 
 
+def existing_file(path: str | Path) -> Path:
+    """``path`` as a :class:`Path` when it is a file, without reading it (what :func:`load_payload` checks first).
+
+    Raises:
+        FileNotFoundError: naming the path, and the run folder or checkpoint it is like (a typo), else the newest
+            run folder beside it (:func:`nmt.models.run_folders.not_found_hint`).
+        CheckpointError: for a folder (a run folder names the file to use).
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"{path} is a folder, not a checkpoint file{folder_hint(path)}")
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint not found: {path}{not_found_hint(path)}")
+    return path
+
+
 def load_payload(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
     """Read a checkpoint with ``weights_only=True`` (no code from the file runs).
 
@@ -131,11 +147,7 @@ def load_payload(path: str | Path, map_location: str | torch.device = "cpu") -> 
         CheckpointError: for a folder (a run folder names the file to use), a file that is not a torch file at
             all, one that is truncated, or one that holds pickled objects.
     """
-    path = Path(path)
-    if path.is_dir():
-        raise CheckpointError(f"{path} is a folder, not a checkpoint file{folder_hint(path)}")
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint not found: {path}{not_found_hint(path)}")
+    path = existing_file(path)
     with open(path, "rb") as handle:
         head = handle.read(4)
     if not (head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"):  # torch.save's zip, or a legacy pickle

@@ -116,6 +116,20 @@ def test_main_reports_damaged_files_and_unwritable_folders_in_one_line(artifacts
     assert f"{tmp_path / 'b.alignments.jsonl'} is not UTF-8 text" in capsys.readouterr().err
 
 
+def test_a_translation_given_instead_of_its_alignments_is_named(tmp_path, capsys):
+    """``nmt-plot news.en`` (the translation, not news.alignments.npz) says what to give, not that a
+    news.jsonl is missing."""
+    translation = tmp_path / "news.en"
+    translation.write_text("A dog runs.\n", encoding="utf-8")
+    with pytest.raises(SystemExit):
+        main([str(translation)])
+    err = capsys.readouterr().err
+    assert f"{translation} is not an alignments file: give the .npz" in err, err
+    assert "news.jsonl" not in err and "Traceback" not in err
+    with pytest.raises(ValueError, match="alignments=X.alignments.npz"):
+        plot_npz(tmp_path / "missing.txt", [0])
+
+
 def test_a_damaged_compressed_npz_is_one_error_line(tmp_path, capsys, monkeypatch):
     """Bytes flipped inside a compressed matrix (as evaluate writes them) surface as a CRC or zlib error when the
     matrix is read: one error line naming the file, never a traceback."""
