@@ -214,8 +214,9 @@ class SettingsParser(argparse.ArgumentParser):
 @contextlib.contextmanager
 def quiet_when_the_reader_stops():
     """Around a command's work: when what reads its output stops early (``nmt-train --help | head``), end with
-    status 1 and no traceback, as the shell's own tools do (the recipe of Python's ``signal`` documentation:
-    stdout is pointed at ``/dev/null`` so that the flush at exit does not fail again)."""
+    status 1 and no traceback, the recipe of Python's ``signal`` documentation (stdout is pointed at ``/dev/null``
+    so that the flush at exit does not fail again); a shell tool stopped so ends with a non-zero status too (141,
+    killed by SIGPIPE). Whether the reader stops before the output is all written depends on timing and length."""
     try:
         yield
     except BrokenPipeError:

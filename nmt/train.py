@@ -47,17 +47,26 @@ DEFAULT_PARENT = Path("outputs")  # the parent of the default run folders (conf/
 parent_existed = True  # whether DEFAULT_PARENT was there before this command (set by command())
 
 
-def remove_unused_run_dir(run_dir: Path, named: bool) -> None:
+def log_size(run_dir: Path) -> int:
+    """Bytes in the run folder's ``train.log`` (0 when there is none)."""
+    try:
+        return (run_dir / "train.log").stat().st_size
+    except OSError:
+        return 0
+
+
+def remove_unused_run_dir(run_dir: Path, named: bool, logged_before: int = 0) -> None:
     """After a refusal: remove what Hydra made for this command when nothing else is in the run folder
-    (``.hydra/`` and an empty ``train.log``), so that a mistyped setting leaves no stray folder in ``outputs/``.
-    The folder itself goes too unless the command named it (``named``: ``hydra.run.dir=`` or a sweep folder
-    setting), since a named folder may be one the user made, and so does ``outputs/`` when this command made it
-    and nothing else is in it. A folder with anything else in it (checkpoints, an earlier run's files, a log with
-    lines in it) is kept as it is."""
+    (``.hydra/`` and a ``train.log`` with only this command's lines, which the console showed too: a missing
+    corpus's warnings), so that a refused command leaves no stray folder in ``outputs/``. The folder itself goes
+    too unless the command named it (``named``: ``hydra.run.dir=`` or a sweep folder setting), since a named
+    folder may be one the user made, and so does ``outputs/`` when this command made it and nothing else is in
+    it. A folder with anything else in it (checkpoints, an earlier run's files, a log with lines from before this
+    command: ``logged_before`` bytes) is kept as it is."""
     log_file = run_dir / "train.log"
     if not run_dir.is_dir() or not {p.name for p in run_dir.iterdir()} <= HYDRA_ONLY:
         return
-    if log_file.exists() and log_file.stat().st_size > 0:
+    if logged_before > 0:
         return
     shutil.rmtree(run_dir / ".hydra", ignore_errors=True)
     log_file.unlink(missing_ok=True)
@@ -146,7 +155,7 @@ def main(cfg: DictConfig) -> float:
     hydra_cfg = HydraConfig.get()
     sweep = hydra_cfg.mode == RunMode.MULTIRUN  # a job's folder is Hydra's own subfolder of the sweep's
     dist = Distributed(int(os.environ.get("RANK") or 0), int(os.environ.get("WORLD_SIZE") or 1))  # until joined
-    lock = None
+    lock, logged_before = None, log_size(Path(hydra_cfg.runtime.output_dir))  # an earlier command's lines
     try:
         check_added_keys(cfg, list(hydra_cfg.overrides.task), hydra_cfg.runtime.choices.keys())  # +key: unread
         dist, device = init_distributed(cfg.device, cfg.train.get("dist_timeout") or 1800)
@@ -161,7 +170,8 @@ def main(cfg: DictConfig) -> float:
             lock.release()  # first: the lock file is no part of what this command leaves behind
         if not isinstance(err, RunFolderBusy):  # that folder is another run's: leave everything in it alone
             named = not sweep and any(o.startswith("hydra.run.dir=") for o in hydra_cfg.overrides.hydra)
-            remove_unused_run_dir(Path(hydra_cfg.runtime.output_dir), named)  # every rank: its files may come last
+            # every rank: its files may come last
+            remove_unused_run_dir(Path(hydra_cfg.runtime.output_dir), named, logged_before)
         says_rank = isinstance(err, DistributedError)  # its message names the rank already
         rank = f" (rank {dist.rank} of {dist.world_size})" if dist.active and not says_rank else ""
         if sweep:

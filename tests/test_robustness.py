@@ -122,7 +122,8 @@ def test_mismatched_training_files_stop_before_training(repo_root, tmp_path):
 def test_a_refused_setting_leaves_no_run_folder_but_keeps_one_in_use(repo_root, tmp_path):
     """model.dropout=1.5 is refused before any work: the folder Hydra made for it under outputs/ goes, and
     outputs/ too when the command made it; in a folder named by hydra.run.dir (perhaps the user's) only Hydra's
-    files go; a folder that already held something (a user's file, a log with lines in it) stays as it was."""
+    files go; a folder that already held something (a user's file, a log with lines in it) stays as it was.
+    A missing corpus is refused after its first log lines, and leaves no folder either."""
     proc = run_script([str(repo_root / "train.py"), "model.dropout=1.5"], tmp_path)
     assert proc.returncode == 1, proc.stderr.decode()[-2000:]
     assert proc.stderr.decode().strip().splitlines()[-1] == "train.py: error: model.dropout=1.5 must be below 1"
@@ -130,6 +131,11 @@ def test_a_refused_setting_leaves_no_run_folder_but_keeps_one_in_use(repo_root, 
     (tmp_path / "outputs").mkdir()  # the user's (empty) outputs/ stays
     proc = run_script([str(repo_root / "train.py"), "train.max_minutes=abc"], tmp_path)
     assert proc.returncode == 1 and list((tmp_path / "outputs").iterdir()) == []
+    (tmp_path / "corpora").mkdir()  # no multi30k/ in it: refused when the corpus is loaded, after a logged warning
+    proc = subprocess.run([sys.executable, str(repo_root / "train.py"), "threads=1"], check=False, cwd=tmp_path,
+                          env={**ENV, "NMT_DATA_DIR": str(tmp_path / "corpora")}, capture_output=True, timeout=300)
+    assert proc.returncode == 1 and f"{tmp_path / 'corpora' / 'multi30k'}" in proc.stderr.decode().splitlines()[-1]
+    assert list((tmp_path / "outputs").iterdir()) == []  # its log held only lines the console showed
     proc = run_script(["train.py", "model.dropout=1.5", f"hydra.run.dir={tmp_path}/run"], repo_root)
     assert proc.returncode == 1 and list((tmp_path / "run").iterdir()) == []
     (tmp_path / "used").mkdir()
@@ -242,7 +248,9 @@ def test_translate_with_a_missing_checkpoint_says_so_in_one_line(repo_root, tmp_
                        "output=out.en"], tmp_path)
     stderr = proc.stderr.decode()
     assert proc.returncode == 1
-    assert stderr.strip() == f"translate.py: error: checkpoint not found: {tmp_path}/nope.pt"
+    assert stderr.strip() == (f"translate.py: error: checkpoint not found: {tmp_path}/nope.pt ({tmp_path} holds no "
+                              "checkpoint and no run folder: train.py writes each run to a folder of its own under "
+                              "outputs/ of the folder it was started in, and prints it as 'run folder ...')")
     assert not (tmp_path / "out.en").exists()
 
 
@@ -299,6 +307,10 @@ def test_a_missing_checkpoint_names_the_run_folder_or_file_meant(tmp_path):
 def test_a_missing_checkpoint_without_its_folder_says_where_runs_are_written(tmp_path):
     with pytest.raises(FileNotFoundError, match=rf"^checkpoint not found: {re.escape(str(tmp_path))}/outputs/RUN "
                        rf"\(there is no folder {re.escape(str(tmp_path))}/outputs: train\.py writes each run"):
+        checkpoint.load_payload(tmp_path / "outputs" / "RUN")
+    (tmp_path / "outputs" / "2026-01-01_10-00-00_additive_luong").mkdir(parents=True)  # a refused run's, say
+    with pytest.raises(FileNotFoundError, match=rf"^checkpoint not found: {re.escape(str(tmp_path))}/outputs/RUN "
+                       rf"\({re.escape(str(tmp_path))}/outputs holds no checkpoint and no run folder: train\.py "):
         checkpoint.load_payload(tmp_path / "outputs" / "RUN")
 
 

@@ -40,8 +40,8 @@ def not_found_hint(path: Path) -> str:
 
     Looked up in the nearest folder of ``path`` that exists: a ``.pt`` file of a similar name there (or the list
     of them), else the run folder whose name is most like the missing one, else the newest run folder there, else,
-    when the folder ``path`` names is missing too, where ``train.py`` writes run folders. ``""`` when ``path``'s
-    own folder exists and holds neither checkpoints nor run folders.
+    when the folder ``path`` names is missing too or holds neither checkpoints nor run folders, where ``train.py``
+    writes run folders.
     """
     parent, missing = path.parent, path.name
     while parent != parent.parent and not parent.is_dir():
@@ -58,10 +58,10 @@ def not_found_hint(path: Path) -> str:
             return f" (did you mean the run folder {parent / match}?)"
         more = f"; {len(runs)} run folders there" if len(runs) > 1 else ""
         return f" (the newest run folder in {parent} is {runs[0]}{more})"
-    if parent != path.parent:
-        return (f" (there is no folder {path.parent}: train.py writes each run to a folder of its own under "
-                f"outputs/ of the folder it was started in, and prints it as 'run folder ...')")
-    return ""
+    missing_folder = (f"there is no folder {path.parent}" if parent != path.parent else
+                      f"{parent} holds no checkpoint and no run folder")
+    return (f" ({missing_folder}: train.py writes each run to a folder of its own under outputs/ of the folder it "
+            "was started in, and prints it as 'run folder ...')")
 
 
 def folder_hint(path: Path) -> str:
