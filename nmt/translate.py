@@ -124,15 +124,15 @@ def run(cfg: DictConfig, stage: dict | None = None) -> None:
     device = pick_device(cfg.device)
     precision = check_precision(cfg.precision, device, "precision")  # auto -> fp32 or bf16
     beam_size, n_best = check_outputs(cfg)
-    for name in [cfg.checkpoint] if isinstance(cfg.checkpoint, str) else cfg.checkpoint:
-        checkpoint.existing_file(checkpoint.run_model(name))  # a wrong checkpoint= is named before the input
+    paths = checkpoint_files(cfg.checkpoint)  # a wrong checkpoint= is named before the input is read
     sentences = read_lines(cfg.input, key="input")
     references = read_lines(cfg.reference, key="reference") if cfg.reference else None
     if references is not None and len(references) != len(sentences):  # found before any translating
         raise ValueError(f"{cfg.reference} has {counted(len(references), 'line')} but {cfg.input} has "
                          f"{len(sentences)}: reference= needs one reference line per input line")
     loading = time.perf_counter()
-    model, model_cfg, src_tok, tgt_tok, path = load_models(cfg, device)
+    ensemble = cfg.ensemble if isinstance(cfg.checkpoint, ListConfig) else None  # checkpoint=[A,B,...]
+    model, model_cfg, src_tok, tgt_tok, path = load_models(paths, ensemble, device)
     loading = time.perf_counter() - loading
     # a model trained on normalized text (data.normalize, e.g. the alignment presets) sees its input the same way
     sentences = Normalizer.from_config(model_cfg.data.get("normalize"), model_cfg.data.src_lang).lines(sentences)
@@ -179,22 +179,36 @@ def warn_other_language(name: str, data, src_tok, tgt_tok, sentences: list[str])
                     fit[0], data.src_lang, fit[1], data.tgt_lang, data.src_lang, data.tgt_lang)
 
 
-def load_models(cfg: DictConfig, device):
-    """The model of ``checkpoint=`` (a file, or a run folder: the model its final evaluation scored), or for a
-    list ``checkpoint=[A,B,...]`` their ensemble (:mod:`nmt.decoding.ensemble`, combined as ``ensemble=``).
+def checkpoint_files(checkpoint_setting) -> list[Path]:
+    """The checkpoint files that ``checkpoint=`` names (a file or a run folder, or a list of them: an ensemble),
+    each resolved by :func:`nmt.checkpoint.run_model` and checked to exist, without reading them.
+
+    Raises:
+        FileNotFoundError, nmt.checkpoint.CheckpointError: a path that is no checkpoint file (the message says
+            which run folder or file it is like) or a run folder without a finished model.
+    """
+    return [checkpoint.existing_file(checkpoint.run_model(name)) for name in checkpoint_names(checkpoint_setting)]
+
+
+def checkpoint_names(checkpoint_setting) -> list:
+    """``checkpoint=`` as a list: one path, or the paths of an ensemble, as given."""
+    return list(checkpoint_setting) if isinstance(checkpoint_setting, ListConfig) else [checkpoint_setting]
+
+
+def load_models(paths: list[Path], ensemble: str | None, device):
+    """The model of a checkpoint file (:func:`checkpoint_files`) when ``ensemble`` is None, else the ensemble of
+    the files (:mod:`nmt.decoding.ensemble`, combined as ``ensemble``: prob or loglinear).
 
     Returns:
         ``(model, its config, src_tok, tgt_tok, what was loaded)`` (a path, or the paths joined by commas).
     Raises:
-        FileNotFoundError, nmt.checkpoint.CheckpointError: an unusable checkpoint, or ensemble members of other
-            subwords or another direction (named).
+        nmt.checkpoint.CheckpointError: an unusable checkpoint, or ensemble members of other subwords or another
+            direction (named).
     """
-    if isinstance(cfg.checkpoint, str):
-        path = checkpoint.run_model(cfg.checkpoint)
-        model, model_cfg, src_tok, tgt_tok, _ = checkpoint.load(path, device)
-        return model, model_cfg, src_tok, tgt_tok, path
-    paths = [checkpoint.run_model(p) for p in cfg.checkpoint]
-    model, model_cfg, src_tok, tgt_tok = load_ensemble(paths, device, cfg.ensemble)
+    if ensemble is None:
+        model, model_cfg, src_tok, tgt_tok, _ = checkpoint.load(paths[0], device)
+        return model, model_cfg, src_tok, tgt_tok, paths[0]
+    model, model_cfg, src_tok, tgt_tok = load_ensemble(paths, device, ensemble)
     return model, model_cfg, src_tok, tgt_tok, ",".join(map(str, paths))
 
 
@@ -251,8 +265,7 @@ def check_outputs(cfg: DictConfig) -> tuple[int, int]:
         if cfg[key] and cfg[key] != "-" and Path(cfg[key]).is_dir():
             raise ValueError(f"{key}={cfg[key]} is a folder: give a file name for the {key}")
     read = {Path(cfg[k]).resolve(): k for k in ("input", "reference") if cfg.get(k) and cfg[k] != "-"}
-    checkpoints = cfg.checkpoint if isinstance(cfg.checkpoint, ListConfig) else [cfg.checkpoint]
-    read.update({Path(str(c)).resolve(): "checkpoint" for c in checkpoints})
+    read.update({Path(str(c)).resolve(): "checkpoint" for c in checkpoint_names(cfg.checkpoint)})
     written = [(key, Path(cfg[key])) for key in ("output", "nbest", "alignments") if cfg[key] and cfg[key] != "-"]
     if cfg.alignments:  # the tokens file (and a multi-head model's heads file) beside the matrices
         npz = Path(cfg.alignments)

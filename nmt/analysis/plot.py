@@ -194,10 +194,9 @@ def plot_npz(npz_path: str | Path, indices: list[int], out_dir: str | Path | Non
         the PNG paths written, in the order of ``indices``.
     Raises:
         FileNotFoundError: if the npz or the jsonl is missing.
-        ValueError: if ``npz_path`` does not end in ``.npz`` (a translation given instead of its alignments).
         KeyError: if an index is not in the npz or the jsonl (the message names the file and the range).
-        ValueError: if an array does not match its tokens, or a line of the jsonl is not a token record (file
-            and line named).
+        ValueError: if ``npz_path`` does not end in ``.npz`` (a translation given instead of its alignments), an
+            array does not match its tokens, or a line of the jsonl is not a token record (file and line named).
     """
     npz_path = Path(npz_path)
     jsonl_path = _tokens_file(npz_path)
