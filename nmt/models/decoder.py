@@ -11,14 +11,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from nmt.models.attending import attend, attend_all, attend_steps
 from nmt.models.attention import Attention
 from nmt.models.layers import PLAIN, Dropout, StepLinears, WordDropout, _gru_update
 from nmt.models.state import DecoderState, Memory
 
 AttentionFactory = Callable[..., Attention]  # called as factory(query_size=H, key_size=H)
-
-
-ATTEND_ELEMENTS = 1 << 24  # floats per slice of queries when attending with all T at once without autograd
 
 
 class Decoder(nn.Module):
@@ -173,68 +171,17 @@ class Decoder(nn.Module):
             self._low_feed = (key, weight.detach().to(dtype))
         return self._low_feed[1]
 
-    def _attend(self, query: torch.Tensor, memory: Memory, state: DecoderState) -> tuple:
-        """Attention for query ``[N, H]`` at target position ``state.step`` over memory of M rows -> context
-        ``[N, H]``, weights ``[N, S]``, per-head weights ``[N, heads, S]`` or None (``Attention.attend``); an
-        attention with Markov or fertility biases also reads the state's previous weights and coverage ``[N, S]``.
-
-        N = M (one query per sentence) or N = K·M: K consecutive query rows per memory row, the K hypotheses
-        of a beam, which then share their sentence's keys instead of K copies of them.
-
-        Raises:
-            ValueError: if N is not a multiple of M.
-        """
-        M = memory.keys.size(0)
-        history = {"previous": state.previous, "coverage": state.coverage} if self.history else {}
-        if query.size(0) == M:
-            return self.attention.attend(query, memory.keys, memory.mask, memory.prepared, positions=state.step,
-                                         **history)
-        if M == 0 or query.size(0) % M:
-            raise ValueError(f"{query.size(0)} decoder rows cannot share a memory of {M} rows: "
-                             "need a multiple (K hypotheses per sentence)")
-        history = {key: None if x is None else x.view(M, -1, x.size(-1)) for key, x in history.items()}  # [M, K, S]
-        attended = self.attention.attend(query.view(M, -1, query.size(-1)), memory.keys, memory.mask,
-                                         memory.prepared, positions=state.step,
-                                         **history)  # [M, K, H], [M, K, S], [M, K, heads, S]
-        return tuple(None if x is None else x.flatten(0, 1) for x in attended)
-
-    def _attend_steps(self, queries: torch.Tensor, memory: Memory, state: DecoderState) -> tuple:
-        """As :meth:`_attend_all`, one target step after another from ``state``: for an attention whose step t
-        reads the weights of the steps before it (Markov and fertility biases), as search computes it."""
-        parts = []
-        for query in queries.unbind(1):
-            context, weights, heads = self._attend(query, memory, state)  # [B, H], [B, S], [B, heads, S]
-            state = state.after(state.hidden, state.input_feed, heads, weights, self.history)
-            parts.append((context, weights, heads))
-        return tuple(None if part[0] is None else torch.stack(part, dim=1) for part in zip(*parts))
-
-    def _attend_all(self, queries: torch.Tensor, memory: Memory) -> tuple:
-        """Attention for all T queries ``[B, T, H]`` of a sentence at once -> context ``[B, T, H]``, weights
-        ``[B, T, S]``, per-head weights ``[B, T, heads, S]`` or None. Without autograd (validation, forced
-        alignment) the queries go in slices of T, so that the additive energies ``[B, t, S, A]`` stay near
-        ``ATTEND_ELEMENTS`` floats instead of growing as B·T·S·A; training needs every slice's energies for
-        backward anyway, as the stepping decoder does."""
-        B, T, _ = queries.shape
-        A = max(memory.prepared.size(-1), memory.keys.size(-1))  # the widest per-(query, source) tensor
-        step = T if torch.is_grad_enabled() else max(1, ATTEND_ELEMENTS // max(1, B * memory.keys.size(1) * A))
-        positions = torch.arange(T, device=queries.device).unsqueeze(0)  # [1, T]: target position t of each query
-        if step >= T:
-            return self.attention.attend(queries, memory.keys, memory.mask, memory.prepared, positions=positions)
-        parts = [self.attention.attend(q, memory.keys, memory.mask, memory.prepared, positions=p)
-                 for q, p in zip(queries.split(step, dim=1), positions.split(step, dim=1))]
-        return tuple(None if part[0] is None else torch.cat(part, dim=1) for part in zip(*parts))
-
     def _recur(self, emb_gates: torch.Tensor, emb: torch.Tensor, state: DecoderState, memory: Memory,
                linears: StepLinears = PLAIN):
         """One step up to (not including) the readout: emb_gates ``[B, 3H]``, emb ``[B, E]`` ->
         (features, state (with this step's per-head weights), weights ``[B, S]``)."""
         if self.style == "luong":
             hidden = self._stack(emb_gates, state.input_feed, state.hidden, linears)  # [L, B, H]
-            context, weights, heads = self._attend(hidden[-1], memory, state)
+            context, weights, heads = attend(self.attention, hidden[-1], memory, state)
             h_tilde = torch.tanh(linears("W_c", torch.cat([context, hidden[-1]], dim=1), self.combine.weight))  # [B, R]
             feed = h_tilde if self.input_feeding else state.input_feed
             return h_tilde, state.after(hidden, feed, heads, weights, self.history), weights
-        context, weights, heads = self._attend(state.hidden[-1], memory, state)
+        context, weights, heads = attend(self.attention, state.hidden[-1], memory, state)
         hidden = self._stack(emb_gates, context, state.hidden, linears)  # [L, B, H]
         return (torch.cat([hidden[-1], context, emb], dim=-1), state.after(hidden, state.input_feed, heads, weights,
                                                                            self.history), weights)
@@ -287,8 +234,8 @@ class Decoder(nn.Module):
                 features.append(hidden[-1])
             out = torch.stack(features, dim=1)  # [B, T, H] top-layer states h_t
             # [B, T, H], [B, T, S], [B, T, heads, S]; step by step when a_t reads a_{t-1} (nmt.models.biases)
-            attend = self._attend_steps(out, memory, state) if self.history else self._attend_all(out, memory)
-            context, weights, heads = attend
+            context, weights, heads = (attend_steps(self.attention, out, memory, state) if self.history
+                                       else attend_all(self.attention, out, memory))
             h_tilde = torch.tanh(self.combine(torch.cat([context, out], dim=-1)))  # [B, T, R] (eq. 5)
             return self._readout(h_tilde), weights, heads
         # unbind, not emb_gates[:, t]: the backward of an index is a zero-filled [B, T, 3H] tensor per step

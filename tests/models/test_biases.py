@@ -11,7 +11,7 @@ from tensors import make_batch, teacher_forced
 from tensors import padded as _padded
 
 from nmt.decoding.search import beam, greedy
-from nmt.models import checkpoint
+from nmt.models import attending, checkpoint
 from nmt.models import decoder as decoder_module
 from nmt.models.attention import Additive, Dot, General, LocalP
 from nmt.models.biases import Biased, with_biases
@@ -188,7 +188,7 @@ def test_stepwise_search_equals_teacher_forcing(style, score, monkeypatch):
             stepped_logits.append(step_logits)
             torch.testing.assert_close(state.previous, w)
         torch.testing.assert_close(state.coverage, torch.stack(stepped, dim=1).sum(dim=1))
-        monkeypatch.setattr(decoder_module, "ATTEND_ELEMENTS", 1)  # the sliced all-at-once path, if it ran
+        monkeypatch.setattr(attending, "ATTEND_ELEMENTS", 1)  # the sliced all-at-once path, if it ran
         _, sliced = model(src, mask, tgt_in)
     torch.testing.assert_close(torch.stack(stepped, dim=1), weights)
     torch.testing.assert_close(torch.stack(stepped_logits, dim=1), logits)
@@ -198,8 +198,8 @@ def test_stepwise_search_equals_teacher_forcing(style, score, monkeypatch):
 def test_luong_without_feeding_attends_step_by_step_only_with_history(monkeypatch):
     """Position bias alone: all T queries at once; Markov or fertility: one step after another."""
     calls = []
-    original = Decoder._attend_all
-    monkeypatch.setattr(Decoder, "_attend_all", lambda self, *a: calls.append(1) or original(self, *a))
+    original = decoder_module.attend_all
+    monkeypatch.setattr(decoder_module, "attend_all", lambda *a: calls.append(1) or original(*a))
     src, mask = padded([6, 4])
     tgt_in = torch.randint(4, V, (2, 5))
     with torch.no_grad():

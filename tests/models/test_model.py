@@ -427,14 +427,14 @@ def test_input_feeding_false_needs_luong():
 @pytest.mark.parametrize("attention", ["additive", "local_p"])
 def test_without_input_feeding_attention_in_slices_equals_all_at_once(attention, monkeypatch):
     """Without autograd the T queries attend in slices (memory); the result is the same."""
-    import nmt.models.decoder
+    import nmt.models.attending
 
     model = build("luong_nofeed", 1, attention).eval()
     src, mask = padded([5, 3, 8], S=9)
     tgt_in = random_tgt_in(3, 7)
     with torch.no_grad():
         whole = model(src, mask, tgt_in)
-        monkeypatch.setattr(nmt.models.decoder, "ATTEND_ELEMENTS", 3 * 9 * H * 2)  # slices of 2 target steps
+        monkeypatch.setattr(nmt.models.attending, "ATTEND_ELEMENTS", 3 * 9 * H * 2)  # slices of 2 target steps
         sliced = model(src, mask, tgt_in)
     for a, b in zip(whole, sliced):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)

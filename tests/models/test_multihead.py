@@ -12,7 +12,7 @@ from tensors import padded as _padded
 from tensors import teacher_forced
 
 from nmt.decoding.search import beam, greedy
-from nmt.models import decoder as decoder_module
+from nmt.models import attending
 from nmt.models.attention import Additive, Dot
 from nmt.models.build import build_model
 from nmt.models.decoder import Decoder
@@ -217,7 +217,7 @@ def test_stepwise_heads_equal_teacher_forced_heads(style, monkeypatch):
             _, state, w = model.decoder.step(tgt_in[:, t], state, memory)
             stepped.append(state.heads)
             torch.testing.assert_close(w, state.heads.mean(dim=1))
-        monkeypatch.setattr(decoder_module, "ATTEND_ELEMENTS", 1)  # all-at-once attention in slices of one step
+        monkeypatch.setattr(attending, "ATTEND_ELEMENTS", 1)  # all-at-once attention in slices of one step
         _, _, sliced = model.teacher_force(src, mask, tgt_in)
     torch.testing.assert_close(torch.stack(stepped, dim=1), heads)
     torch.testing.assert_close(sliced, heads)

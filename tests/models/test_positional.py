@@ -7,7 +7,7 @@ import pytest
 import torch
 from tensors import make_batch
 
-from nmt.models import decoder as decoder_module
+from nmt.models import attending
 from nmt.models.build import build_model
 from nmt.models.positional import LocalM, Location
 
@@ -97,7 +97,7 @@ def test_the_decoder_passes_target_positions_alike_in_search_and_teacher_forcing
         for t in range(7):
             _, state, w = model.decoder.step(tgt_in[:, t], state, memory)
             stepped.append(w)
-        monkeypatch.setattr(decoder_module, "ATTEND_ELEMENTS", 1)  # all-at-once attention in slices of one step
+        monkeypatch.setattr(attending, "ATTEND_ELEMENTS", 1)  # all-at-once attention in slices of one step
         _, sliced = model(src, mask, tgt_in)
     torch.testing.assert_close(torch.stack(stepped, dim=1), forced)
     torch.testing.assert_close(sliced, forced)
