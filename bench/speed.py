@@ -88,13 +88,15 @@ def flops_per_target_token(cfg, src_vocab: int, tgt_vocab: int, src_per_tgt: flo
     S = mean_src_len if kind != "LocalP" else min(mean_src_len, 2 * cfg.attention.window + 1)
     enc = sum(2 * 3 * h * ((E if layer == 0 else 2 * h) + h) for layer in range(m.encoder_layers))
     prepare = {"additive": H * A, "general": H * H, "dot": 0}[inner]
-    feed = (R if cfg.decoder.get("input_feeding", True) else 0) if cfg.decoder.style == "luong" else H
-    gru = 3 * H * (E + feed + H) + (m.decoder_layers - 1) * 3 * H * 2 * H
+    style = cfg.decoder.style
+    feed = {"luong": R if cfg.decoder.get("input_feeding", True) else 0, "bahdanau": H, "conditional": 0}[style]
+    second = 3 * H * 2 * H if style == "conditional" else 0  # the conditional GRU's GRU_2(c_t, s'_t)
+    gru = 3 * H * (E + feed + H) + second + (m.decoder_layers - 1) * 3 * H * 2 * H
     score = {"additive": H * A + S * A, "general": S * H, "dot": S * H}[inner]
     if kind == "LocalP":
         score += H * H + H
     attention = score + S * H  # + context vector
-    combine = 2 * H * R if cfg.decoder.style == "luong" else (2 * H + E) * R
+    combine = 2 * H * R if style == "luong" else (2 * H + E) * R
     generator = R * tgt_vocab
     parts = {"encoder (per target token)": src_per_tgt * (enc + prepare), "decoder GRU": gru,
              "attention": attention, "readout": combine, "output layer": generator}

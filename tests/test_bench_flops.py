@@ -39,6 +39,13 @@ def test_luong_without_input_feeding_counts_no_feed_input(speed, compose_cfg):
     assert parts["readout"] == 2 * 512 * 256
 
 
+def test_conditional_gru_counts_its_second_transition(speed, compose_cfg):
+    parts = speed.flops_per_target_token(compose_cfg(["decoder.style=conditional"]), 5575, 4403,
+                                         src_per_tgt=1.0, mean_src_len=10.0)["macs_forward"]
+    assert parts["decoder GRU"] == 3 * 512 * (256 + 512) + 3 * 512 * (512 + 512)  # GRU_1(E y), GRU_2(c_t, s'_t)
+    assert parts["readout"] == (2 * 512 + 256) * 256  # tied: W_o [s_t; c_t; E y] -> E
+
+
 def test_peer_results_are_parsed_from_the_peer_scripts_files(speed, tmp_path):
     """The formats written by ../shared/bench/peers (throughput.py, run.sh eval, /usr/bin/time -v)."""
     (tmp_path / "throughput.txt").write_text(

@@ -19,7 +19,7 @@ CONF = Path(__file__).resolve().parent.parent / "conf"
 ATTENTIONS = sorted(p.stem for p in (CONF / "attention").glob("*.yaml"))
 DECODES = sorted(p.stem for p in (CONF / "decode").glob("*.yaml"))
 DATAS = sorted(p.stem for p in (CONF / "data").glob("*.yaml"))
-STYLES = ["luong", "bahdanau"]
+STYLES = ["luong", "bahdanau", "conditional"]
 SMALL = ["model.emb_size=6", "model.hidden_size=8", "tokenizer.vocab_size=40"]
 CLASSES = {"additive": Additive, "additive_biased": Biased, "dot": Dot, "general": General, "local_p": LocalP,
            "local_m": LocalM, "location": Location, "multihead": MultiHead}

@@ -61,6 +61,7 @@ CONFIGS = {
     "general-luong": (General, "luong"),
     "local_p3-luong": (functools.partial(LocalP, window=3), "luong"),
     "additive-bahdanau": (Additive, "bahdanau"),
+    "additive-conditional": (Additive, "conditional"),
 }
 
 

@@ -1,4 +1,4 @@
-"""The attentional GRU decoder, Bahdanau or Luong style (shape letters: B batch, S source length, T target length,
+"""The attentional GRU decoder, Luong, Bahdanau or conditional-GRU (Nematus) style (shape letters: B batch, S source length, T target length,
 E embedding size, H hidden size, V vocabulary, L decoder layers; see :mod:`nmt.models.attention`). All tensors
 are batch-first.
 """
@@ -17,6 +17,7 @@ from nmt.models.layers import PLAIN, Dropout, StepLinears, WordDropout, _gru_upd
 from nmt.models.state import DecoderState, Memory
 
 AttentionFactory = Callable[..., Attention]  # called as factory(query_size=H, key_size=H)
+STYLES = ("luong", "bahdanau", "conditional")  # decoder.style
 
 
 class Decoder(nn.Module):
@@ -28,6 +29,11 @@ class Decoder(nn.Module):
     style ``"bahdanau"`` (Bahdanau et al. 2015, App. A.2.2):
         (c_t, a_t) = attention(s_{t-1});  s_t = GRU([E y_{t-1}; c_t], s_{t-1});
         p(y_t) = softmax(W_s tanh(W_o [s_t; c_t; E y_{t-1}])) (a tanh layer in place of the paper's maxout).
+    style ``"conditional"`` (the conditional GRU of Nematus: Sennrich et al. 2017, §2; Firat and Cho 2016):
+        s'_t = GRU_1(E y_{t-1}, s_{t-1});  (c_t, a_t) = attention(s'_t);  s_t = GRU_2(c_t, s'_t);
+        p(y_t) = softmax(W_s tanh(W_o [s_t; c_t; E y_{t-1}])) (Nematus' t_j, as Bahdanau's readout above).
+        Attention reads a state that has seen y_{t-1}, as Luong's does, and what it found passes to later steps
+        through s_t, as Bahdanau's; a step costs a second GRU transition (GRU_2), whose input is c_t alone.
 
     The readout vector (h̃_t, or the tanh layer's output) has size R = H, or R = E with
     ``tie_embeddings=True``: then W_s is the target embedding matrix E (Press and Wolf 2017; Inan et al. 2017),
@@ -42,7 +48,9 @@ class Decoder(nn.Module):
     where a step is bound by its many small ones (bf16 on CPUs with bf16 units); speed, BLEU and AER against input
     feeding are in docs/benchmarks.md, docs/results.md and docs/alignment.md.
 
-    With ``num_layers > 1`` the GRU is a stack with dropout between layers; the top layer's state is the query.
+    With ``num_layers > 1`` the GRU is a stack with dropout between layers; the top layer's state is the query
+    (the conditional GRU is the first layer, its s'_t the query, and plain GRUs above it read the layer below, as
+    Nematus' stacked decoder).
     The first layer's input projection of the embeddings (``W_ih[:, :E] E y``) needs no recurrence, so
     :meth:`forward` computes it for all target steps in one matrix product before the loop.
 
@@ -51,26 +59,26 @@ class Decoder(nn.Module):
             :class:`nmt.attention.Attention` (Hydra's ``_partial_: true`` objects are such factories).
         tie_embeddings: share the target embeddings with the output projection W_s (readout size E).
         input_feeding: feed h̃_{t-1} to the GRU (Luong §3.3); only ``False`` with style ``"luong"`` changes
-            anything (Bahdanau's decoder feeds the context vector c_t by definition).
+            anything (the other styles feed the context vector c_t to a GRU by definition).
         word_dropout: the :class:`WordDropout` probability on the input embeddings E y_{t-1} (before
             ``dropout``); the output projection W_s is never dropped, tied or not.
 
     Raises:
         ValueError: for an unknown style, an ``input_feeding`` that is not a bool, ``input_feeding=False``
-            with style ``"bahdanau"``, or ``word_dropout`` outside [0, 1).
+            with a style other than ``"luong"``, or ``word_dropout`` outside [0, 1).
     """
 
     def __init__(self, vocab_size: int, emb_size: int, hidden_size: int, attention: AttentionFactory,
                  num_layers: int = 1, dropout: float = 0.3, style: str = "luong", pad_id: int = 0,
                  tie_embeddings: bool = False, input_feeding: bool = True, word_dropout: float = 0.0):
         super().__init__()
-        if style not in ("luong", "bahdanau"):
-            raise ValueError(f"decoder.style must be 'luong' or 'bahdanau', got {style!r}")
+        if style not in STYLES:
+            raise ValueError(f"decoder.style must be 'luong', 'bahdanau' or 'conditional', got {style!r}")
         if not isinstance(input_feeding, bool):
             raise ValueError(f"decoder.input_feeding must be true or false, got {input_feeding!r}")  # noqa: TRY004 (a config value)
-        if style == "bahdanau" and not input_feeding:
-            raise ValueError("decoder.input_feeding=false needs decoder.style=luong: Bahdanau's decoder feeds the "
-                             "context vector c_t to its GRU by definition")
+        if style != "luong" and not input_feeding:
+            raise ValueError(f"decoder.input_feeding=false needs decoder.style=luong: the {style} decoder feeds the "
+                             "context vector c_t to a GRU by definition")
         self.style = style
         self.input_feeding = input_feeding
         self.hidden_size = hidden_size
@@ -83,6 +91,8 @@ class Decoder(nn.Module):
         self.cells = nn.ModuleList(
             nn.GRUCell(emb_size + feed_size if i == 0 else hidden_size, hidden_size) for i in range(num_layers)
         )
+        if style == "conditional":
+            self.transition = nn.GRUCell(hidden_size, hidden_size)  # GRU_2: c_t [B, H] -> s_t from s'_t
         self.attention = attention(query_size=hidden_size, key_size=hidden_size)
         self.history = self.attention.uses_history  # carry a_{t-1} and the coverage (nmt.models.biases)
         if style == "luong":
@@ -99,14 +109,16 @@ class Decoder(nn.Module):
         self._low_feed: tuple | None = None  # (key, W_if in the autocast dtype) for search: _search_feed_weight
 
     def _feed_size(self) -> int:
-        """Size of the first GRU layer's input besides E y_{t-1}: R (h̃_{t-1}, Luong), H (c_t, Bahdanau) or 0."""
-        if self.style == "bahdanau":
-            return self.hidden_size
+        """Size of the first GRU layer's input besides E y_{t-1}: R (h̃_{t-1}, Luong), H (c_t, Bahdanau) or 0
+        (Luong without input feeding; the conditional GRU, whose GRU_1 reads E y_{t-1} alone)."""
+        if self.style != "luong":
+            return self.hidden_size if self.style == "bahdanau" else 0
         return self.readout_size if self.input_feeding else 0
 
     def init_state(self, hidden: torch.Tensor) -> DecoderState:
         """Initial state from the encoder bridge ``[L, B, H]``; the input feed h̃_0 starts at zeros (``[B, 0]``
-        when the state carries none: Bahdanau, whose c_t is computed from s_{t-1}, or no input feeding)."""
+        when the state carries none: Bahdanau, whose c_t is computed from s_{t-1}, the conditional GRU, whose c_t
+        is computed from s'_t, or no input feeding)."""
         feed = hidden.new_zeros(hidden.size(1), self._feed_size() if self.style == "luong" else 0)
         return DecoderState(hidden, feed)
 
@@ -137,16 +149,23 @@ class Decoder(nn.Module):
         emb_gates ``[B, 3H]`` from :meth:`_embed_gates`; feed ``[B, F]`` the rest of the first layer's input;
         hidden ``[L, B, H]`` -> new hidden ``[L, B, H]``.
         """
-        new = []
-        for i, cell in enumerate(self.cells):
-            if i == 0:
-                fed = self._feed_weight if linears.deferred else self._search_feed_weight()
-                gi = emb_gates if feed.size(-1) == 0 else emb_gates + linears("W_if", feed, fed)
-                gh = linears("W_hh", hidden[0], cell.weight_hh, cell.bias_hh)  # [B, 3H]
-                h = _gru_update(gi, gh, hidden[0])  # [B, H]
-            else:
-                h = cell(self.dropout(new[-1]), hidden[i])  # dropout between layers only  [B, H]
-            new.append(h)
+        return self._upper(self._first(emb_gates, feed, hidden[0], linears), hidden)
+
+    def _first(self, emb_gates: torch.Tensor, feed: torch.Tensor, h_prev: torch.Tensor,
+               linears: StepLinears) -> torch.Tensor:
+        """The first GRU layer's step: emb_gates ``[B, 3H]``, feed ``[B, F]``, h_prev ``[B, H]`` -> ``[B, H]``."""
+        cell = self.cells[0]
+        fed = self._feed_weight if linears.deferred else self._search_feed_weight()
+        gi = emb_gates if feed.size(-1) == 0 else emb_gates + linears("W_if", feed, fed)
+        gh = linears("W_hh", h_prev, cell.weight_hh, cell.bias_hh)  # [B, 3H]
+        return _gru_update(gi, gh, h_prev)
+
+    def _upper(self, first: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        """The layers above the first, each reading the new state of the layer below (dropout between layers
+        only): first ``[B, H]`` the first layer's new state, hidden ``[L, B, H]`` -> new hidden ``[L, B, H]``."""
+        new = [first]
+        for cell, h_prev in zip(self.cells[1:], hidden[1:]):
+            new.append(cell(self.dropout(new[-1]), h_prev))  # [B, H]
         return torch.stack(new)
 
     @property
@@ -181,6 +200,15 @@ class Decoder(nn.Module):
             h_tilde = torch.tanh(linears("W_c", torch.cat([context, hidden[-1]], dim=1), self.combine.weight))  # [B, R]
             feed = h_tilde if self.input_feeding else state.input_feed
             return h_tilde, state.after(hidden, feed, heads, weights, self.history), weights
+        if self.style == "conditional":
+            proposal = self._first(emb_gates, state.input_feed, state.hidden[0], linears)  # s'_t [B, H]
+            context, weights, heads = attend(self.attention, proposal, memory, state)
+            gru = self.transition  # GRU_2(c_t, s'_t)
+            gi = linears("W_ci", context, gru.weight_ih, gru.bias_ih)  # [B, 3H]
+            gh = linears("W_ch", proposal, gru.weight_hh, gru.bias_hh)
+            hidden = self._upper(_gru_update(gi, gh, proposal), state.hidden)  # [L, B, H]
+            return (torch.cat([hidden[-1], context, emb], dim=-1),
+                    state.after(hidden, state.input_feed, heads, weights, self.history), weights)
         context, weights, heads = attend(self.attention, state.hidden[-1], memory, state)
         hidden = self._stack(emb_gates, context, state.hidden, linears)  # [L, B, H]
         return (torch.cat([hidden[-1], context, emb], dim=-1), state.after(hidden, state.input_feed, heads, weights,
@@ -188,7 +216,7 @@ class Decoder(nn.Module):
 
     def _readout(self, features: torch.Tensor) -> torch.Tensor:
         """Features ``[..., F]`` -> logits ``[..., V]``."""
-        if self.style == "bahdanau":
+        if self.style != "luong":
             features = torch.tanh(self.combine(features))  # [..., R]
         return self.generator(self.dropout(features))
 

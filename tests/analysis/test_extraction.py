@@ -35,7 +35,8 @@ SOURCE_WORDS, TARGET_WORDS = "abcdefghij", "klmnopqrst"
 TRAIN_PAIRS, TEST_PAIRS = 2000, 100
 STEPS, BATCH, LR = 200, 64, 3e-3  # about 3 s per model on one CPU thread
 TINY = ["model.emb_size=32", "model.hidden_size=64", "model.dropout=0.0"]
-DECODERS = {"bahdanau": ["decoder.style=bahdanau"], "luong": ["decoder.style=luong"],
+DECODERS = {"bahdanau": ["decoder.style=bahdanau"], "conditional": ["decoder.style=conditional"],
+            "luong": ["decoder.style=luong"],
             "luong, no input feeding": ["decoder.style=luong", "decoder.input_feeding=false"]}
 SCORE_MODELS = ("additive", "dot", "general", "location")  # the table's rows (the test trains the default, additive)
 

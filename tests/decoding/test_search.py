@@ -30,7 +30,7 @@ ATTENTIONS = {
     "local_p": functools.partial(LocalP, window=2),
 }
 LENGTHS = [4, 9, 1, 6, 3, 7]  # source lengths with EOS; one sentence is EOS alone
-STYLES = ["luong", "luong_nofeed", "bahdanau"]
+STYLES = ["luong", "luong_nofeed", "bahdanau", "conditional"]
 
 
 

@@ -151,7 +151,7 @@ def test_refusals_and_the_settings_factory():
 # ---------------------------------------------------------------- through the decoder and the search
 
 E, HD, V = 8, 16, 12
-STYLES = ["luong", "luong_nofeed", "bahdanau"]
+STYLES = ["luong", "luong_nofeed", "bahdanau", "conditional"]
 
 
 def build(style="luong", score="additive", biases=None, seed=0, randomize=True, sharpen=3.0):

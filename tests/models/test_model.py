@@ -24,7 +24,7 @@ ATTENTIONS = {
 
 
 
-STYLES = ["luong", "luong_nofeed", "bahdanau"]  # luong_nofeed: style luong with input_feeding=False
+STYLES = ["luong", "luong_nofeed", "bahdanau", "conditional"]  # luong_nofeed: style luong with input_feeding=False
 
 
 def decoder_style(style):
@@ -417,9 +417,37 @@ def test_without_input_feeding_the_recurrence_ignores_attention():
         assert float((logits_a - logits_b).abs().max()) > 1e-4  # and the output still depends on attention
 
 
+def test_conditional_gru_attends_between_its_two_transitions():
+    """Nematus' cGRU (Sennrich et al. 2017, §2), from nn.GRUCell and the attention alone: s'_t = GRU_1(E y_{t-1},
+    s_{t-1}), c_t = attention(s'_t), s_t = GRU_2(c_t, s'_t), logits W_s tanh(W_o [s_t; c_t; E y_{t-1}])."""
+    model = build("conditional", 1, "additive", dropout=0.0).eval()
+    decoder = model.decoder
+    assert decoder.cells[0].input_size == E and decoder.transition.input_size == H  # GRU_1 reads E y alone
+    src, mask = padded([5, 3], S=6)
+    tgt_in = random_tgt_in(2, 4)
+    with torch.no_grad():
+        memory, state = model.encode(src, mask)
+        s_prev = state.hidden[0]
+        for t in range(4):
+            emb = decoder.embed(tgt_in[:, t])
+            proposal = decoder.cells[0](emb, s_prev)  # s'_t
+            context, weights = decoder.attention(proposal, memory.keys, memory.mask)
+            s_t = decoder.transition(context, proposal)
+            expected = decoder.generator(torch.tanh(decoder.combine(torch.cat([s_t, context, emb], dim=-1))))
+            logits, state, stepped = decoder.step(tgt_in[:, t], state, memory)
+            torch.testing.assert_close(state.hidden[0], s_t, atol=1e-6, rtol=1e-5)
+            torch.testing.assert_close(stepped, weights, atol=1e-6, rtol=1e-5)
+            torch.testing.assert_close(logits, expected, atol=1e-5, rtol=1e-5)
+            assert state.input_feed.shape == (2, 0)  # what was attended passes on through s_t
+            assert float((s_t - proposal).abs().max()) > 1e-3  # the second transition moves the state
+            s_prev = s_t
+
+
 def test_input_feeding_false_needs_luong():
     with pytest.raises(ValueError, match="input_feeding=false needs decoder.style=luong"):
         Decoder(V, E, H, ATTENTIONS["additive"], style="bahdanau", input_feeding=False)
+    with pytest.raises(ValueError, match="the conditional decoder feeds the context vector"):
+        Decoder(V, E, H, ATTENTIONS["additive"], style="conditional", input_feeding=False)
     with pytest.raises(ValueError, match="true or false"):
         Decoder(V, E, H, ATTENTIONS["additive"], input_feeding="no")
 

@@ -184,7 +184,7 @@ def test_other_score_models_have_no_heads():
 # ---------------------------------------------------------------- through the decoder and the search
 
 E, HD, V = 8, 16, 12
-STYLES = ["luong", "luong_nofeed", "bahdanau"]
+STYLES = ["luong", "luong_nofeed", "bahdanau", "conditional"]
 
 
 def build(style="luong", score="dot", seed=0, sharpen=3.0):

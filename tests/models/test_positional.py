@@ -78,7 +78,8 @@ def test_location_weights_come_from_the_query_alone():
     assert torch.allclose(weights[0, 3:], weights[0, 3].expand(6))
 
 
-@pytest.mark.parametrize("style, feeding", [("luong", True), ("bahdanau", True), ("luong", False)])
+@pytest.mark.parametrize("style, feeding", [("luong", True), ("bahdanau", True), ("conditional", True),
+                                            ("luong", False)])
 @pytest.mark.parametrize("attention", ["local_m", "location"])
 def test_the_decoder_passes_target_positions_alike_in_search_and_teacher_forcing(compose_cfg, monkeypatch,
                                                                                  attention, style, feeding):

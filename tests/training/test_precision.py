@@ -17,7 +17,7 @@ SRC = [[5, 6, 7, 8, 9, 3], [10, 11, 3]]  # the second sentence has 3 padding pos
 TGT = [[12, 13, 14, 3], [15, 3]]
 
 
-@pytest.mark.parametrize("style", ["luong", "bahdanau"])
+@pytest.mark.parametrize("style", ["luong", "bahdanau", "conditional"])
 @pytest.mark.parametrize("attention", ["additive", "dot", "general", "local_p"])
 def test_bf16_training_lowers_the_loss_and_keeps_padding_at_zero(compose_cfg, attention, style):
     cfg = compose_cfg([f"attention={attention}", f"decoder.style={style}", "model.emb_size=16",

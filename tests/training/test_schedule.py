@@ -101,7 +101,7 @@ def test_budget_schedule_on_a_real_training_run(compose_cfg, tmp_path):
 
 @pytest.mark.parametrize("override, message", [
     ("train.lr_decay_start=2", "lr_decay_start"),
-    ("decoder.style=foo", "decoder.style must be 'luong' or 'bahdanau', got 'foo'"),
+    ("decoder.style=foo", "decoder.style must be 'luong', 'bahdanau' or 'conditional', got 'foo'"),
     ("decode.batch_size=0", r"decode.batch_size=0 must be a whole number >= 1"),
     ("decode.max_src_len=1", r"decode.max_src_len=1 must be a whole number >= 2"),
     ("decode.length_penalty=-1", r"decode.length_penalty=-1 must be a number >= 0"),
