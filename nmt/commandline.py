@@ -137,7 +137,11 @@ class SettingsParser(argparse.ArgumentParser):
         return [f"{flag}={value}"]
 
     def _unknown_key(self, key: str, settings: dict[str, argparse.Action]) -> None:
-        """Refuse ``key=...`` that names no setting, with the closest ones."""
+        """Refuse ``key=...`` that names no setting, with the closest ones (``threads=``, which the commands that
+        run a model take, with what it is for)."""
+        if key.replace("-", "_") == "threads":
+            self.error(f"unknown setting threads=...; {self.prog} runs no model, so it has no CPU threads to set "
+                       "(threads= is a setting of nmt-train, nmt-translate, nmt-align and nmt-report)")
         close = difflib.get_close_matches(key.replace("-", "_"), list(settings), n=3, cutoff=0.5)
         hint = f"did you mean {' or '.join(close)}? " if close else ""
         self.error(f"unknown setting {key}=...; {hint}settings: {', '.join(settings) or 'none'} "

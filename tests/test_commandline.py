@@ -118,6 +118,13 @@ def test_an_unknown_key_exits_2_naming_the_setting(capsys):
     assert err.startswith("usage: python -m nmt.demo PATH [key=value ...]\n")
 
 
+def test_threads_in_a_tool_that_runs_no_model_says_what_it_is_for(capsys):
+    err = parse_error(small_parser(), ["f.txt", "threads=1"], capsys)
+    assert err.splitlines()[-2] == ("python -m nmt.demo: error: unknown setting threads=...; python -m nmt.demo runs no "
+                                    "model, so it has no CPU threads to set (threads= is a setting of nmt-train, "
+                                    "nmt-translate, nmt-align and nmt-report)")
+
+
 def test_the_old_flags_still_work_and_warn_with_the_new_spelling(capsys):
     args = small_parser().parse_args(["f.txt", "--gold-format", "naacl", "--one-based", "--index", "1", "2"])
     assert (args.gold_format, args.one_based, args.index) == ("naacl", True, [1, 2])

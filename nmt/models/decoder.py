@@ -1,6 +1,6 @@
-"""The attentional GRU decoder, Luong, Bahdanau or conditional-GRU (Nematus) style (shape letters: B batch, S source length, T target length,
-E embedding size, H hidden size, V vocabulary, L decoder layers; see :mod:`nmt.models.attention`). All tensors
-are batch-first.
+"""The attentional GRU decoder, Luong, Bahdanau or conditional-GRU (Nematus) style (shape letters: B batch,
+S source length, T target length, E embedding size, H hidden size, V vocabulary, L decoder layers; see
+:mod:`nmt.models.attention`). All tensors are batch-first.
 """
 
 from __future__ import annotations
