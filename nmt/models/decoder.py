@@ -73,7 +73,8 @@ class Decoder(nn.Module):
                  tie_embeddings: bool = False, input_feeding: bool = True, word_dropout: float = 0.0):
         super().__init__()
         if style not in STYLES:
-            raise ValueError(f"decoder.style must be 'luong', 'bahdanau' or 'conditional', got {style!r}")
+            names = ", ".join(repr(name) for name in STYLES[:-1]) + f" or {STYLES[-1]!r}"
+            raise ValueError(f"decoder.style must be {names}, got {style!r}")
         if not isinstance(input_feeding, bool):
             raise ValueError(f"decoder.input_feeding must be true or false, got {input_feeding!r}")  # noqa: TRY004 (a config value)
         if style != "luong" and not input_feeding:
@@ -111,9 +112,9 @@ class Decoder(nn.Module):
     def _feed_size(self) -> int:
         """Size of the first GRU layer's input besides E y_{t-1}: R (h̃_{t-1}, Luong), H (c_t, Bahdanau) or 0
         (Luong without input feeding; the conditional GRU, whose GRU_1 reads E y_{t-1} alone)."""
-        if self.style != "luong":
-            return self.hidden_size if self.style == "bahdanau" else 0
-        return self.readout_size if self.input_feeding else 0
+        if self.style == "luong":
+            return self.readout_size if self.input_feeding else 0
+        return self.hidden_size if self.style == "bahdanau" else 0
 
     def init_state(self, hidden: torch.Tensor) -> DecoderState:
         """Initial state from the encoder bridge ``[L, B, H]``; the input feed h̃_0 starts at zeros (``[B, 0]``
@@ -207,12 +208,11 @@ class Decoder(nn.Module):
             gi = linears("W_ci", context, gru.weight_ih, gru.bias_ih)  # [B, 3H]
             gh = linears("W_ch", proposal, gru.weight_hh, gru.bias_hh)
             hidden = self._upper(_gru_update(gi, gh, proposal), state.hidden)  # [L, B, H]
-            return (torch.cat([hidden[-1], context, emb], dim=-1),
-                    state.after(hidden, state.input_feed, heads, weights, self.history), weights)
-        context, weights, heads = attend(self.attention, state.hidden[-1], memory, state)
-        hidden = self._stack(emb_gates, context, state.hidden, linears)  # [L, B, H]
-        return (torch.cat([hidden[-1], context, emb], dim=-1), state.after(hidden, state.input_feed, heads, weights,
-                                                                           self.history), weights)
+        else:  # Bahdanau: attention from s_{t-1}, then the GRU reads [E y_{t-1}; c_t]
+            context, weights, heads = attend(self.attention, state.hidden[-1], memory, state)
+            hidden = self._stack(emb_gates, context, state.hidden, linears)  # [L, B, H]
+        return (torch.cat([hidden[-1], context, emb], dim=-1),
+                state.after(hidden, state.input_feed, heads, weights, self.history), weights)
 
     def _readout(self, features: torch.Tensor) -> torch.Tensor:
         """Features ``[..., F]`` -> logits ``[..., V]``."""
