@@ -112,7 +112,8 @@ def test_a_list_of_checkpoints_is_an_ensemble(run, translator):
         assert a.score == pytest.approx(b.score, rel=1e-6, abs=1e-6)
     with pytest.raises(ValueError, match="'max' is not one of prob, loglinear"):
         nmt.Translator.load([best, best], device="cpu", combine="max")
-    with pytest.raises(ValueError, match="an ensemble needs at least one checkpoint"):
+    with pytest.raises(ValueError, match=r"needs at least one checkpoint .*: give one or more \(on the command "
+                                         r"line checkpoint=RUN_DIR"):
         nmt.Translator.load([], device="cpu")
 
 

@@ -192,6 +192,18 @@ def test_experiment_presets_found():
             "align_ro_en"} <= set(EXPERIMENTS)
 
 
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_preset_run_folders_name_the_attention_and_decoder_style(name):
+    """Runs of one preset with other attention or decoder.style overrides get folders that say which they are."""
+    import yaml
+
+    preset = yaml.safe_load((CONF / "experiment" / f"{name}.yaml").read_text())
+    run_dir = preset.get("hydra", {}).get("run", {}).get("dir")
+    if run_dir is None:
+        pytest.skip(f"{name} keeps train.yaml's run folder")
+    assert run_dir.endswith("_${hydra:runtime.choices.attention}_${decoder.style}"), run_dir
+
+
 @pytest.mark.parametrize("name, pair, gold", [("align_en_fr", ("en", "fr"), "align_enfr_hansards"),
                                               ("align_de_en", ("de", "en"), "align_deen_bicici100")])
 def test_alignment_presets(compose_cfg, multi30k_dir, name, pair, gold):

@@ -114,7 +114,8 @@ def load_ensemble(paths: list[str | Path], device: str | torch.device = "cpu", c
         ValueError: an unknown ``combine``, or no paths.
     """
     if not paths:
-        raise ValueError("an ensemble needs at least one checkpoint or run folder; the list is empty")
+        raise ValueError("an ensemble needs at least one checkpoint or run folder; the list is empty: give one "
+                         "or more (on the command line checkpoint=RUN_DIR or checkpoint=[RUN_A,RUN_B/checkpoints/best.pt])")
     files = [checkpoint.run_model(p) for p in paths]
     loaded = [checkpoint.load(f, device) for f in files]
     _, first_cfg, src_tok, tgt_tok, first_payload = loaded[0]
