@@ -50,10 +50,6 @@ class EnsembleDecoder:
         """Each member's ``[V, 3H]`` table of the embedding's input-gate products (built once per search)."""
         return tuple(decoder.input_gate_table() for decoder in self.decoders)
 
-    def search_memory(self, memory: _Members, hypotheses: int) -> _Members:
-        """Each member's :meth:`nmt.models.decoder.Decoder.search_memory`."""
-        return _Members(d.search_memory(m, hypotheses) for d, m in zip(self.decoders, memory))
-
     def step(self, y_prev: torch.Tensor, state: _Members, memory: _Members, gate_table: tuple | None = None):
         """One step of every member: ``y_prev`` ``[B]`` -> combined log-probabilities ``[B, V]`` (PAD and BOS at
         -inf), the members' new states, and the mean attention weights ``[B, S]``."""

@@ -210,8 +210,7 @@ class _BeamSearch:
         self.alpha, self.beta = alpha, beta
         B, S = src.shape
         self.device = device = src.device
-        memory, self.state = model.encode(src, src_mask)  # memory stays [B, ...]: the K beams share it
-        self.memory = model.decoder.search_memory(memory, K)
+        self.memory, self.state = model.encode(src, src_mask)  # memory stays [B, ...]: the K beams share it
         self.rows = torch.arange(B, device=device).repeat_interleave(K)  # [B*K] beam row -> sentence
         self.limits = max_lengths(src_mask, max_len_a, max_len_b)  # [B]
         self.bound_lp = length_penalty(self.limits.float(), alpha)  # [B]

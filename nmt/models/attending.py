@@ -6,9 +6,8 @@ all T queries of a sentence at once.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from nmt.models.attention import Attention, context_vectors
+from nmt.models.attention import Attention
 from nmt.models.state import DecoderState, Memory
 
 ATTEND_ELEMENTS = 1 << 24  # floats per slice of queries when attending with all T at once without autograd
@@ -65,35 +64,3 @@ def attend_all(attention: Attention, queries: torch.Tensor, memory: Memory) -> t
     parts = [attention.attend(q, memory.keys, memory.mask, memory.prepared, positions=p)
              for q, p in zip(queries.split(step, dim=1), positions.split(step, dim=1))]
     return tuple(None if part[0] is None else torch.cat(part, dim=1) for part in zip(*parts))
-
-
-def with_transition(memory: Memory, attention: Attention, weight: torch.Tensor, hypotheses: int) -> Memory:
-    """``memory`` with ``transition`` = W h̄_s ``[B, S, 3H]`` for every key, when a search steps ``hypotheses``
-    rows per sentence (K > 1, a beam), without autograd, and ``attention``'s context is its weights' sum of the
-    keys; ``memory`` itself otherwise.
-
-    The conditional GRU's second transition reads W c_t = Σ_s a_t(s) W h̄_s (linearity), so the K hypotheses of
-    a sentence share one product per key, S rows of ``[H] x [H, 3H]``, instead of K rows of it at each of the
-    T steps; :func:`transition_gates` then costs S·3H per row and step instead of H·3H. With one row per
-    sentence (greedy) S products per sentence would cost as much as the T they replace, so none is made.
-    weight: ``[3H, H]`` (the second GRU's ``weight_ih``).
-    """
-    if hypotheses <= 1 or torch.is_grad_enabled() or not attention.weighs_keys:
-        return memory
-    return memory._replace(transition=F.linear(memory.keys, weight))  # [B, S, 3H]
-
-
-def transition_gates(weights: torch.Tensor, memory: Memory, bias: torch.Tensor) -> torch.Tensor:
-    """W c_t + b from the attention weights ``[N, S]`` and ``memory.transition`` ``[M, S, 3H]``
-    (:func:`with_transition`), N = M or N = K·M (K consecutive rows per sentence) -> ``[N, 3H]``; bias ``[3H]``.
-
-    Raises:
-        ValueError: if N is not a multiple of M.
-    """
-    values = memory.transition
-    M, N = values.size(0), weights.size(0)
-    if N != M and (M == 0 or N % M):
-        raise ValueError(f"{N} decoder rows cannot share a memory of {M} rows: need a multiple (K hypotheses "
-                         "per sentence)")
-    mixed = context_vectors(weights.view(M, -1, weights.size(-1)).to(values.dtype), values)  # [M, K, 3H]
-    return mixed.flatten(0, 1) + bias.to(values.dtype)

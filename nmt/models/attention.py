@@ -82,7 +82,6 @@ class Attention(nn.Module):
     """
 
     uses_history = False  # True: attend also takes the previous weights and the coverage (nmt.models.biases)
-    weighs_keys = True  # the context is context_vectors(weights, keys) of the returned weights (not multi-head)
 
     def __init__(self, query_size: int, key_size: int):
         super().__init__()

@@ -98,11 +98,6 @@ class Biased(Attention):
         """Whether the scores read the previous weights or the coverage (the decoder then carries them)."""
         return self.w_markov is not None or self.w_fertility is not None
 
-    @property
-    def weighs_keys(self) -> bool:
-        """Whether the context is the returned weights' sum of the keys: the wrapped score model's answer."""
-        return self.inner.weighs_keys
-
     def prepare(self, keys):
         """The wrapped score model's key projection: keys ``[B, S, Hk]`` -> ``[B, S, *]``, once per batch."""
         return self.inner.prepare(keys)

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nmt.models.attending import attend, attend_all, attend_steps, transition_gates, with_transition
+from nmt.models.attending import attend, attend_all, attend_steps
 from nmt.models.attention import Attention
 from nmt.models.layers import PLAIN, Dropout, StepLinears, WordDropout, _gru_update
 from nmt.models.state import DecoderState, Memory
@@ -123,14 +123,6 @@ class Decoder(nn.Module):
         feed = hidden.new_zeros(hidden.size(1), self._feed_size() if self.style == "luong" else 0)
         return DecoderState(hidden, feed)
 
-    def search_memory(self, memory: Memory, hypotheses: int) -> Memory:
-        """``memory`` for a search of ``hypotheses`` rows per sentence: with the conditional GRU and a beam, plus
-        its second transition's input weights applied to every key once (:func:`~nmt.models.attending.with_transition`:
-        the same gates, fewer multiply-adds); unchanged otherwise."""
-        if self.style != "conditional":
-            return memory
-        return with_transition(memory, self.attention, self.transition.weight_ih, hypotheses)
-
     def _embed_gates(self, emb: torch.Tensor) -> torch.Tensor:
         """The first GRU layer's input gates from the embeddings: ``[..., E]`` -> ``[..., 3H]`` (with b_ih)."""
         cell = self.cells[0]
@@ -213,8 +205,7 @@ class Decoder(nn.Module):
             proposal = self._first(emb_gates, state.input_feed, state.hidden[0], linears)  # s'_t [B, H]
             context, weights, heads = attend(self.attention, proposal, memory, state)
             gru = self.transition  # GRU_2(c_t, s'_t)
-            gi = (linears("W_ci", context, gru.weight_ih, gru.bias_ih) if memory.transition is None  # [B, 3H]
-                  else transition_gates(weights, memory, gru.bias_ih))
+            gi = linears("W_ci", context, gru.weight_ih, gru.bias_ih)  # [B, 3H]
             gh = linears("W_ch", proposal, gru.weight_hh, gru.bias_hh)
             hidden = self._upper(_gru_update(gi, gh, proposal), state.hidden)  # [L, B, H]
         else:  # Bahdanau: attention from s_{t-1}, then the GRU reads [E y_{t-1}; c_t]

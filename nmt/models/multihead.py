@@ -52,8 +52,6 @@ class MultiHead(Attention):
             that ``heads`` does not divide.
     """
 
-    weighs_keys = False  # the context is W_o of the heads' contexts over projected values
-
     def __init__(self, query_size: int, key_size: int, heads: int = 4, score: str = "dot",
                  head_size: int | None = None, scaled: bool = True):
         super().__init__(query_size, key_size)

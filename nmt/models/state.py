@@ -18,19 +18,16 @@ class Memory(NamedTuple):
     """What the decoder attends to, computed once per batch.
 
     keys ``[B, S, H]`` encoder states h̄_s; prepared ``[B, S, *]`` their projection by ``Attention.prepare``;
-    mask ``[B, S]`` bool, True on real source tokens; transition ``[B, S, 3H]`` the conditional GRU's input
-    weights applied to every key, W_ci h̄_s, for a beam whose K hypotheses share them
-    (:func:`nmt.models.attending.with_transition`), else None.
+    mask ``[B, S]`` bool, True on real source tokens.
     """
 
     keys: torch.Tensor
     prepared: torch.Tensor
     mask: torch.Tensor
-    transition: torch.Tensor | None = None
 
     def select(self, index: torch.Tensor) -> Memory:
         """Rows ``index`` ``[B']`` of every tensor (beam expansion and reordering)."""
-        return Memory(*(_rows(t, index) for t in self))
+        return Memory(*(t.index_select(0, index) for t in self))
 
 
 class DecoderState(NamedTuple):

@@ -350,28 +350,6 @@ def test_hypothesis_alignment_and_score_equal_teacher_forcing(style, attention):
             torch.testing.assert_close(h.alignment, align, atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("attention", list(ATTENTIONS))
-def test_conditional_beam_shares_the_transition_products(attention, monkeypatch):
-    """A beam of the conditional GRU applies its second transition's input weights to each key once
-    (Memory.transition) and finds the same hypotheses, scores and alignments as with the per-row products."""
-    model = build("conditional", attention, seed=3)
-    src, mask = padded(LENGTHS, S=10)
-    with torch.no_grad():
-        memory, _ = model.encode(src, mask)
-        shared = model.decoder.search_memory(memory, 4)
-        assert shared.transition.shape == (len(LENGTHS), 10, 3 * H)
-        assert model.decoder.search_memory(memory, 1).transition is None  # one row per sentence: nothing shared
-    assert model.decoder.search_memory(memory, 4).transition is None  # with autograd: training keeps W_ci c_t
-    results = beam(model, src, mask, beam_size=4, n_best=4, length_penalty_alpha=0.6)
-    monkeypatch.setattr("nmt.models.decoder.with_transition", lambda memory, *args: memory)
-    expected = beam(model, src, mask, beam_size=4, n_best=4, length_penalty_alpha=0.6)
-    for got, want in zip(results, expected):
-        assert [h.ids for h in got] == [h.ids for h in want]
-        for h, w in zip(got, want):
-            assert h.score == pytest.approx(w.score, abs=1e-5)
-            torch.testing.assert_close(h.alignment, w.alignment, atol=1e-6, rtol=1e-5)
-
-
 # ---------------------------------------------------------------- structure of hypotheses, limits, errors
 
 

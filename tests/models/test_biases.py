@@ -172,19 +172,6 @@ def build(style="luong", score="additive", biases=None, seed=0, randomize=True, 
     return model
 
 
-@pytest.mark.parametrize("score", ALL)
-def test_a_conditional_beam_shares_transition_products_only_where_the_context_weighs_the_keys(score):
-    """Biased asks its score model: every single-head model's context is its weights' sum of the keys, so the
-    conditional GRU's beam applies W_ci to the keys once; a multi-head context is not, so it keeps W_ci c_t."""
-    model = build("conditional", score, seed=4)
-    src, mask = padded(LENGTHS, S=10)
-    with torch.no_grad():
-        memory, _ = model.encode(src, mask)
-        shared = model.decoder.search_memory(memory, 3)
-    assert model.decoder.attention.weighs_keys == (score != "multihead")
-    assert (shared.transition is None) == (score == "multihead")
-
-
 @pytest.mark.parametrize("score", ["additive", "multihead", "local_m"])
 @pytest.mark.parametrize("style", STYLES)
 def test_stepwise_search_equals_teacher_forcing(style, score, monkeypatch):
