@@ -14,6 +14,11 @@ back:
   not a setting is refused with the closest settings, since it is almost always a mistyped key (write a file
   named so as ``./name=...``);
 - ``--the-old-flag value`` still works, with a warning that names its ``key=value`` spelling.
+
+For the two Hydra apps (``nmt-train``, ``nmt-translate``), :func:`unreadable_argument` explains, before Hydra runs,
+an argument that Hydra's override grammar cannot read: a value with ``(``, ``)``, ``=`` or a quote in it (a file named
+``news(1).de``), which Hydra stops at with a parser message (``mismatched input '(' expecting <EOF>``), or an
+argument without its key (a run folder on its own).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import os
 import re
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 _KEY = re.compile(r"^\+?([A-Za-z][A-Za-z0-9_-]*)=(.*)$", re.DOTALL)
 _FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9-]*)")
@@ -213,6 +218,36 @@ class SettingsParser(argparse.ArgumentParser):
             out.append(f"  {name}")
             out += textwrap.wrap(text, 100, initial_indent="        ", subsequent_indent="        ") or []
         return out
+
+
+def unreadable_argument(argv: Sequence[str], parse: Callable[[str], object]) -> str | None:
+    """The first argument of ``argv`` that Hydra's grammar cannot read, as a message that says how to write it;
+    None when Hydra can read every one, or when the command line has flags (``--help``, ``-m``: left to Hydra).
+    ``parse``: Hydra's parser of one override, raising on a grammar error (``nmt.settings``, the module that
+    imports Hydra, passes it in).
+
+    An argument without ``=`` (other than a ``~key`` deletion) is a value without its key; a ``key=value`` that does
+    not parse has a value that needs quotes: ``"input='news(1).de'"`` (the outer quotes for the shell, the inner ones
+    for Hydra, which reads ``\\'`` as a quote inside them).
+    """
+    if any(arg.startswith("-") for arg in argv):
+        return None
+    for arg in argv:
+        if "=" not in arg:
+            if arg.startswith("~"):
+                continue
+            return (f"{arg!r} is not a setting: every argument is key=value, so give it its key (nmt-translate: "
+                    f"checkpoint={arg} for a run folder or a checkpoint, input={arg} for a file to translate); --help "
+                    "lists the settings")
+        try:
+            parse(arg)
+        except Exception:  # noqa: BLE001 - any grammar error: the advice is the same
+            key, _, value = arg.partition("=")
+            hydra = key + "='" + value.replace("'", "\\'") + "'"  # Hydra's quoted string, \' for a quote in it
+            quoted = '"' + re.sub(r'([\\"$`])', r"\\\1", hydra) + '"'  # in the shell's double quotes
+            return (f"cannot read {arg!r}: a value with characters such as ( ) = , [ ] {{ }} or quotes in it must be "
+                    f"quoted for Hydra, inside the shell's quotes: {quoted}")
+    return None
 
 
 @contextlib.contextmanager

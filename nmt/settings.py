@@ -21,6 +21,7 @@ from hydra.utils import instantiate as hydra_instantiate
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
+from nmt.commandline import unreadable_argument
 from nmt.data.textio import atomic_write, file_named
 
 
@@ -296,6 +297,7 @@ def unknown_setting(config_name: str, argv: list[str]) -> str | None:
 
 def refuse_unknown_settings(config_name: str, prog: str) -> None:
     """Before Hydra runs ``prog``: end the command with ``prog: error: no setting ...`` (exit status 1) when its
-    command line names a setting that ``config_name`` does not have (:func:`unknown_setting`)."""
-    if message := unknown_setting(config_name, sys.argv[1:]):
+    command line names a setting that ``config_name`` does not have (:func:`unknown_setting`), or has an argument
+    that Hydra's grammar cannot read (:func:`nmt.commandline.unreadable_argument`)."""
+    if message := unreadable_argument(sys.argv[1:], _PARSER.parse_override) or unknown_setting(config_name, sys.argv[1:]):
         sys.exit(f"{prog}: error: {message}")

@@ -20,7 +20,8 @@ ALLOWED = {
     "data": set(),  # text files, normalization, subwords, corpora, batches
     "commandline": set(),  # the key=value command lines of the tools that are not Hydra apps (and, for every
     # command, the quiet end of one whose reader closed the pipe)
-    "settings": {"data"},  # the one module that touches Hydra/OmegaConf
+    "settings": {"data", "commandline"},  # the one module that touches Hydra/OmegaConf (and explains its
+    # command-line grammar errors with commandline.unreadable_argument)
     "models": {"data", "settings"},
     "decoding": {"data", "models"},
     "analysis": {"data", "models", "decoding", "commandline"},  # reads saved artifacts and models, never training

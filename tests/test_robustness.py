@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -78,14 +79,18 @@ def test_bom_and_crlf_input_translate_like_clean_input(tiny_run, repo_root, tmp_
     assert clean == dos and clean.count("\n") == 2 and "\r" not in dos
 
 
-def test_unquoted_path_with_equals_sign_is_refused_by_hydra(tiny_run, repo_root, tmp_path):
+def test_unquoted_path_with_equals_sign_is_refused_with_the_quoted_form_that_works(tiny_run, repo_root, tmp_path):
     (tmp_path / "in.de").write_text("Ein Hund.\n", encoding="utf-8")
     proc = run_script(["translate.py", f"checkpoint={tiny_run}/checkpoints/best.pt", f"input={tmp_path}/in.de",
                        "output=-"], repo_root)
     stderr = proc.stderr.decode()
-    # Hydra's override parser refuses it before translate.py runs (README: quote such a path)
-    assert proc.returncode == 1 and "mismatched input '='" in stderr and "override_grammar" in stderr
-    assert "Traceback" not in stderr and proc.stdout == b""
+    # refused before Hydra's parser sees it, with the form to write (docs/translating.md: quote such a path)
+    assert proc.returncode == 1 and f"cannot read 'checkpoint={tiny_run}/checkpoints/best.pt'" in stderr
+    assert "Traceback" not in stderr and "mismatched input" not in stderr and proc.stdout == b""
+    (suggested,) = shlex.split(stderr.strip().rsplit(": ", 1)[1])  # as the shell passes it on
+    proc = run_script(["translate.py", suggested, f"input={tmp_path}/in.de", "output=-"], repo_root)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    assert proc.stdout.decode().count("\n") == 1  # one translation for the one input line
 
 
 def test_training_files_with_crlf_bom_empty_lines_and_relative_paths(repo_root, tmp_path):
