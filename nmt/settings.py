@@ -262,7 +262,7 @@ def unknown_setting(config_name: str, argv: list[str]) -> str | None:
         return None
     try:
         overrides = _PARSER.parse_overrides([a for a in argv if "=" in a]) if argv else []
-    except Exception:  # noqa: BLE001 - the grammar's errors: Hydra reports them
+    except Exception:  # noqa: BLE001 - the grammar's errors: refuse_unknown_settings explains them first
         return None
     if any(o.is_sweep_override() for o in overrides):
         return None  # every job composes its own config; each is checked by Hydra then
@@ -299,5 +299,6 @@ def refuse_unknown_settings(config_name: str, prog: str) -> None:
     """Before Hydra runs ``prog``: end the command with ``prog: error: no setting ...`` (exit status 1) when its
     command line names a setting that ``config_name`` does not have (:func:`unknown_setting`), or has an argument
     that Hydra's grammar cannot read (:func:`nmt.commandline.unreadable_argument`)."""
-    if message := unreadable_argument(sys.argv[1:], _PARSER.parse_override) or unknown_setting(config_name, sys.argv[1:]):
+    argv = sys.argv[1:]
+    if message := unreadable_argument(argv, _PARSER.parse_override) or unknown_setting(config_name, argv):
         sys.exit(f"{prog}: error: {message}")

@@ -1,4 +1,5 @@
-"""nmt-train and nmt-translate: arguments that Hydra's override grammar cannot read get a one-line message saying how to write them."""
+"""nmt-train and nmt-translate: an argument that Hydra's override grammar cannot read gets a one-line message
+saying how to write it."""
 
 import shlex
 import sys

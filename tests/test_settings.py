@@ -104,7 +104,7 @@ def test_a_mistyped_setting_is_named_with_the_closest_ones(config, argv, message
 @pytest.mark.parametrize("config, argv", [
     ("train", []),
     ("train", ["threads=1", "train.max_minutes=5", "model.hidden_size=64", "hydra.run.dir=/tmp/x"]),
-    ("train", ["hydra.run.dir=/tmp/x=y", "train.max_minuts=5"]),  # not Hydra's grammar: Hydra says so
+    ("train", ["hydra.run.dir=/tmp/x=y", "train.max_minuts=5"]),  # not Hydra's grammar: unreadable_argument
     ("train", ["attention=multihead", "attention.heads=8", "+experiment=align_de_en", "eval.gold.shift=1"]),
     ("train", ["attention=additive,multihead", "attention.heads=8"]),  # a sweep: every job is Hydra's to check
     ("train", ["hydra.searchpath=[file:///my/conf]", "attention=mine"]),  # a choice in the user's own configs
