@@ -12,6 +12,7 @@ from nmt.settings import setting_at
 from nmt.training.ema import DECAY_MEANING
 from nmt.training.gold import load_gold
 from nmt.training.guided import check_guided
+from nmt.training.rdrop import check_rdrop
 from nmt.training.reverse import check_agreement
 from nmt.training.schedule import check_schedule
 from nmt.training.tensorboard import check_available
@@ -36,10 +37,12 @@ NUMERIC_SETTINGS = {
     "data.max_len": (True, 1, False), "data.train_limit": (True, 1, True), "data.eval_limit": (True, 1, True),
     "eval.plots": (True, 0, True),
     "train.accum_steps": (True, 1, True), "train.dist_timeout": (False, 0.0, False),
+    "train.rdrop_alpha": (False, 0.0, True),
 }
 
 
-POSITIVE = ("train.lr", "train.clip", "train.lr_factor", "train.max_minutes", "train.dist_timeout")  # 0 would silently train nothing
+POSITIVE = ("train.lr", "train.clip", "train.lr_factor", "train.max_minutes", "train.dist_timeout",
+            "train.rdrop_alpha")  # 0 would silently train nothing
 
 
 # (clip 0 zeroes gradients); a limit of 0 would silently mean none (the stop test reads 0 as unset)
@@ -136,8 +139,8 @@ def check_settings(cfg) -> None:
     learning-rate schedule (:func:`nmt.training.schedule.check_schedule`), the decoding settings
     (:func:`nmt.decoding.options.check_decoding`), with ``train.tensorboard=true`` the tensorboard package, and with
     ``eval.gold`` the gold alignment set, read once (:func:`nmt.training.gold.load_gold`: its files and languages),
-    ``train.agreement`` (:func:`nmt.training.reverse.check_agreement`) and ``train.guided_alignment``
-    (:func:`nmt.training.guided.check_guided`).
+    ``train.agreement`` (:func:`nmt.training.reverse.check_agreement`), ``train.guided_alignment``
+    (:func:`nmt.training.guided.check_guided`) and ``train.rdrop_alpha`` (:func:`nmt.training.rdrop.check_rdrop`).
 
     Raises:
         ValueError: naming the first setting that is refused (also ``train.init`` with ``train.resume``, and a
@@ -153,6 +156,7 @@ def check_settings(cfg) -> None:
     load_gold(cfg, quiet=True)  # the run loads it again, with its warnings
     check_agreement(cfg)
     check_guided(cfg)
+    check_rdrop(cfg)
     if cfg.train.get("init") and cfg.train.get("resume"):
         raise ValueError(f"train.init={cfg.train.init} and train.resume={cfg.train.resume}: train.resume continues a "
                          "run (its data, optimizer and schedule), train.init starts a new one from a model's weights "

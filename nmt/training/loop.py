@@ -50,7 +50,7 @@ def train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, valid
     several ranks; with ``agreement``, :class:`nmt.training.reverse.Agreement` of ``train.agreement``, the joint
     module of both directions, and the reverse model's figures and weights join validation and checkpoints).
     ``objective``: the loss of a batch (:func:`nmt.training.step.batch_loss` by default; the guided alignment's
-    :class:`nmt.training.guided.GuidedObjective`).
+    :class:`nmt.training.guided.GuidedObjective`, R-Drop's :class:`nmt.training.rdrop.RDropObjective`).
     Before it starts, what an earlier attempt in ``run_dir`` wrote after ``progress.step`` without
     reaching its next ``last.pt`` is removed (:func:`nmt.training.validation.forget_unsaved`). Returns why it
     stopped.
@@ -114,7 +114,7 @@ class _Run:
         progress.train_seconds = time.monotonic() - self.start
         if stop or progress.step % self.t.valid_every == 0:
             rngs = rng_states(self.dist)
-            terms = self.objective.window() if hasattr(self.objective, "window") else {}  # guided_term
+            terms = self.objective.window() if hasattr(self.objective, "window") else {}  # guided_term, rdrop_term
             if self.dist.is_main:
                 stop = validate(self.cfg, self.model, self.optimizer, self.scheduler, self.valid_pairs, self.valid,
                                 self.toks, self.run_dir, self.device, progress,

@@ -32,6 +32,7 @@ from nmt.training.final import final_evaluation
 from nmt.training.guided_links import guided_objective, prepare_links
 from nmt.training.init import init_from
 from nmt.training.loop import train_loop
+from nmt.training.rdrop import rdrop_objective
 from nmt.training.resume import resume_from
 from nmt.training.reverse import REVERSE_DIR, joint_training
 from nmt.training.schedule import make_optimizer
@@ -93,7 +94,7 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = (), dist: Dis
     forward = data_parallel(trained, dist, device)
     stop = train_loop(cfg, model, optimizer, scheduler, epoch_pairs, valid_pairs, splits["valid"], toks, run_dir,
                       device, progress, overrides, ema, dist, forward, Precision(precision, device), agreement,
-                      guided_objective(cfg.train, run_dir, toks))
+                      guided_objective(cfg.train, run_dir, toks) or rdrop_objective(cfg.train))
     results = {"valid_bleu": progress.best_bleu, "steps": progress.step,
                "train_minutes": progress.train_seconds / 60, "run_dir": str(run_dir), "stopped": stop}
     if stop.startswith("interrupted"):

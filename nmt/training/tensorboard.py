@@ -24,6 +24,9 @@ ALIGNMENT_FIGURES = {**{f"{prefix}{name}": f"alignment/{prefix}{tag}"
                                           ("alignment_recall", "recall"))},
                      "guided_term": "alignment/guided_term"}  # train.guided_alignment: the term, per target token
 
+# the loss terms of other objectives, per target token since the last validation -> their TensorBoard tags
+TERM_FIGURES = {"rdrop_term": "train/rdrop_term"}  # train.rdrop_alpha: the symmetric KL without α
+
 # the settings shown in TensorBoard's HParams tab: (name there, dotted key of the config)
 HPARAMS = (("attention", "attention._target_"), ("decoder_style", "decoder.style"), ("emb_size", "model.emb_size"),
            ("hidden_size", "model.hidden_size"), ("dropout", "model.dropout"), ("vocab_size", "tokenizer.vocab_size"),
@@ -86,8 +89,8 @@ class Board:
         for name, value in record.items():
             if name.startswith("valid_") and isinstance(value, numbers.Number):
                 self.writer.add_scalar(f"valid/{name.removeprefix('valid_')}", value, record["step"])
-            elif name in ALIGNMENT_FIGURES and isinstance(value, numbers.Number):
-                self.writer.add_scalar(ALIGNMENT_FIGURES[name], value, record["step"])
+            elif name in (tags := ALIGNMENT_FIGURES | TERM_FIGURES) and isinstance(value, numbers.Number):
+                self.writer.add_scalar(tags[name], value, record["step"])
         if isinstance(record.get("elapsed_sec"), numbers.Number):  # the training time so far, validation included
             self.writer.add_scalar("time/minutes", record["elapsed_sec"] / 60, record["step"])
         self.writer.flush()

@@ -31,6 +31,10 @@ from nmt.training.state import Progress, save_state
 log = logging.getLogger(__name__)
 
 
+# the loss terms of other objectives in a validation's log line: metrics.jsonl key -> label
+TERM_LABELS = {"guided_term": "guided term", "rdrop_term": "R-Drop term"}  # guided alignment, train.rdrop_alpha
+
+
 @torch.no_grad()
 def validation_loss(model, pairs, batch_tokens: int, device) -> float:
     """Mean per-token cross-entropy (nats, no label smoothing) of ``pairs`` under teacher forcing."""
@@ -84,7 +88,7 @@ def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, tok
     append_record(run_dir / "metrics.jsonl", record)
     if board is not None:  # train.tensorboard: the same figures (nmt.training.tensorboard.Board)
         board.validation(record)
-    guided = f", guided term {record['guided_term']:.3f}" if "guided_term" in record else ""  # train.guided_alignment
+    guided = "".join(f", {label} {record[key]:.3f}" for key, label in TERM_LABELS.items() if key in record)
     log.info("step %d: valid loss %.3f ppl %.2f BLEU %.2f%s%s (%.0f tok/s)", progress.step, valid_loss,
              record["valid_ppl"], bleu, describe(record), guided, record.get("tokens_per_sec", 0.0))
     improved = bleu > progress.best_bleu
