@@ -250,6 +250,20 @@ def unreadable_argument(argv: Sequence[str], parse: Callable[[str], object]) -> 
     return None
 
 
+def shortcut_conflict(overrides: Sequence[str], shortcut: str, full: str) -> str | None:
+    """A message when the command line's ``overrides`` give both ``shortcut`` and the ``full`` key it stands for
+    (``beam_size=1 decode.beam_size=7``) with other values, where the shortcut would silently win; else None."""
+    given = {}
+    for override in overrides:
+        key, sep, value = override.lstrip("+").partition("=")
+        if sep and key in (shortcut, full):
+            given[key] = value
+    if len(given) == 2 and given[shortcut] != given[full]:
+        return (f"{shortcut}={given[shortcut]} and {full}={given[full]} disagree: {shortcut} is the shortcut for "
+                f"{full}, so give one of them")
+    return None
+
+
 @contextlib.contextmanager
 def quiet_when_the_reader_stops():
     """Around a command's work: when what reads its output stops early (``nmt-train --help | head``), end with

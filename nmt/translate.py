@@ -15,7 +15,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from nmt.commandline import quiet_when_the_reader_stops
+from nmt.commandline import quiet_when_the_reader_stops, shortcut_conflict
 from nmt.data.normalize import Normalizer
 from nmt.data.textio import TextFileError, check_writable, counted, read_lines, write_error, write_together
 from nmt.data.tokenizer import fits_other_side
@@ -92,6 +92,8 @@ def main(cfg: DictConfig) -> None:
     try:
         hydra_cfg = HydraConfig.get()
         check_added_keys(cfg, list(hydra_cfg.overrides.task), hydra_cfg.runtime.choices.keys())
+        if clash := shortcut_conflict(list(hydra_cfg.overrides.task), "beam_size", "decode.beam_size"):
+            raise ValueError(clash)
         with signals_interrupt():
             run(cfg, stage)
     except Interrupted as stop:
@@ -142,9 +144,10 @@ def run(cfg: DictConfig, stage: dict | None = None) -> None:
         nbest = translate_nbest(model, src_tok, tgt_tok, sentences, cfg.decode, device, beam_size, n_best)
     results = [block[0] for block in nbest]
     seconds, stage["now"] = time.perf_counter() - start, "writing"
-    write_together({cfg.output: "".join(t.text + "\n" for t in results),  # all or none: output= is not replaced
-                    **({cfg.nbest: nbest_lines(nbest)} if cfg.nbest else {}),  # when nbest= or alignments= fail
-                    **(alignment_files(cfg.alignments, results) if cfg.alignments else {})})
+    files = {cfg.output: "".join(t.text + "\n" for t in results),  # all or none: output= is not replaced
+             **({cfg.nbest: nbest_lines(nbest)} if cfg.nbest else {}),  # when nbest= or alignments= fail
+             **(alignment_files(cfg.alignments, results) if cfg.alignments else {})}
+    write_together(files)
     stage["written"] = True
     settings = decoding_settings(cfg.decode, beam_size)  # for the success line and the reference's scores
     log.info("translated %s (%s; %s in all) in %.1f s (%.1f sentences/s; %s loaded in %.1f s), beam size %d, "
@@ -153,7 +156,7 @@ def run(cfg: DictConfig, stage: dict | None = None) -> None:
              counted(sum(not t.text for t in results), "empty translation"), seconds, len(results) / max(seconds, 1e-9),
              path, loading, beam_size, precision,
              f" with MBR ({settings['mbr']}, temperature {settings['mbr_temperature']})" if settings["mbr"] else "",
-             "stdout" if cfg.output == "-" else cfg.output)
+             ", ".join("stdout" if name == "-" else str(name) for name in files))
     if cut := [i + 1 for i, t in enumerate(results) if at_length_limit(t, cfg.decode)]:
         log.warning("%d line(s) stopped at the output length limit (decode.max_len_a * source length + "
                     "decode.max_len_b) and may be cut short: lines %s%s", len(cut), ", ".join(map(str, cut[:10])),

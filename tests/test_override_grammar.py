@@ -2,13 +2,15 @@
 saying how to write it."""
 
 import shlex
+import subprocess
 import sys
 
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from nmt.commandline import unreadable_argument
+from nmt.commandline import shortcut_conflict, unreadable_argument
 from nmt.settings import refuse_unknown_settings
+from tests.conftest import REPO_ROOT
 
 PARSER = OverridesParser.create()
 
@@ -43,3 +45,28 @@ def test_train_and_translate_stop_with_the_message_before_hydra_runs(monkeypatch
     with pytest.raises(SystemExit) as stop:
         refuse_unknown_settings("translate", "nmt-translate")
     assert str(stop.value).startswith("nmt-translate: error: cannot read 'input=news(1).de'")
+
+
+@pytest.mark.parametrize(("argv", "clash"), [
+    (["beam_size=1", "decode.beam_size=7"], True),
+    (["decode.beam_size=7", "+beam_size=1"], True),
+    (["beam_size=4", "decode.beam_size=4"], False),
+    (["beam_size=1", "decode.n_best=1"], False),
+    (["decode.beam_size=7"], False),
+])
+def test_a_shortcut_and_its_full_key_with_other_values_are_named(argv, clash):
+    message = shortcut_conflict(argv, "beam_size", "decode.beam_size")
+    if clash:
+        assert "beam_size=1 and decode.beam_size=7 disagree" in message and "give one of them" in message
+    else:
+        assert message is None
+
+
+def test_nmt_translate_refuses_both_beam_sizes_before_loading_anything(tmp_path):
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "translate.py"), "checkpoint=missing.pt",
+                           "input=missing.de", "beam_size=1", "decode.beam_size=7"],
+                          check=False, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == ("translate.py: error: beam_size=1 and decode.beam_size=7 "
+                                                    "disagree: beam_size is the shortcut for decode.beam_size, "
+                                                    "so give one of them")

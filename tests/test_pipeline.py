@@ -118,6 +118,9 @@ def test_run_layout(run_dir):
     scores = json.loads((run_dir / "eval" / "test.scores.json").read_text(encoding="utf-8"))
     assert f"run folder {run_dir.resolve()}" in log
     assert "done: test BLEU " in log and f"{scores['bleu']:.2f} beam{BEAM} in {run_dir.resolve()}" in log
+    done = next(line for line in log.splitlines() if "done: test BLEU" in line)
+    for name in ("test.hyp", "test.scores.json", "test.alignments.npz", "test.alignments.jsonl", "test.align"):
+        assert name in done and (run_dir / "eval" / name).is_file()  # the files the last line names are there
 
 
 def test_progress_lines_without_terminal(run_dir):
@@ -248,7 +251,7 @@ def test_translate_file(run_dir, references, repo_root, final_checkpoint, tmp_pa
     assert re.search(rf"translated {len(lines)} lines \({len(blank)} empty input line{many(len(blank))}; {empty_out} "
                      rf"empty translation{many(empty_out)} in all\) in [\d.]+ s \([\d.]+ sentences/s; "
                      rf"{re.escape(final_checkpoint)} loaded in [\d.]+ s\)", proc.stderr.decode())
-    assert f"beam size {BEAM}, fp32: {out}" in proc.stderr.decode()
+    assert f"beam size {BEAM}, fp32: {out}, {npz}, {npz.with_suffix('.jsonl')}\n" in proc.stderr.decode()  # all written
     assert [outputs[i] for i in blank] == [""] * len(blank)
     assert [outputs[i] for i in where] == read_text_lines(run_dir / "eval" / "test.hyp")
     assert all(outputs[i] for i in where) and not any("\r" in o for o in outputs)

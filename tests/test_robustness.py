@@ -354,6 +354,19 @@ def test_a_run_folder_or_a_text_file_given_as_checkpoint_is_named_for_what_it_is
     assert "weights_only" not in str(err.value)
 
 
+def test_a_truncated_checkpoint_is_named_in_one_line_with_what_to_use_instead(tiny_run, tmp_path):
+    from nmt.models.checkpoint import CheckpointError
+
+    cut = tmp_path / "cut.pt"
+    cut.write_bytes((tiny_run / "checkpoints" / "best.pt").read_bytes()[:100_000])  # a copy that stopped short
+    with pytest.raises(CheckpointError) as err:
+        checkpoint.load(cut)
+    message = str(err.value)
+    assert message.startswith(f"{cut} is not a readable checkpoint (truncated or not a torch file: ")
+    assert message.endswith("copy it again, or use another checkpoint of the run (checkpoints/last.pt, step_N.pt)")
+    assert "\n" not in message
+
+
 def test_a_run_folder_means_the_model_its_final_evaluation_scored(tmp_path):
     """checkpoint=RUN (translate.py, nmt.align): the checkpoint named in eval/test.scores.json (looked up by name,
     so a moved run folder still works), else valid's, else best.pt; a folder without a finished model is an error

@@ -161,7 +161,10 @@ def load_payload(path: str | Path, map_location: str | torch.device = "cpu") -> 
             f"loading it could run code. Only load checkpoints written by nmt. ({str(err).splitlines()[0]})"
         ) from None
     except (RuntimeError, EOFError) as err:
-        raise CheckpointError(f"{path} is not a readable checkpoint (truncated or not a torch file): {err}") from None
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]  # torch's reason, without its advice
+        raise CheckpointError(f"{path} is not a readable checkpoint (truncated or not a torch file: {first}); copy "
+                              "it again, or use another checkpoint of the run (checkpoints/last.pt, step_N.pt)"
+                              ) from None
     missing = {"model", "config", "spm"} - set(payload) if isinstance(payload, dict) else {"model"}
     if missing:
         raise CheckpointError(f"{path} is not an nmt checkpoint: it lacks {sorted(missing)}")

@@ -121,8 +121,11 @@ def log_done(cfg, results: dict, run_dir: Path, agreement=None) -> None:
     the ``nmt.align`` command that symmetrizes the two directions."""
     log.info("final: %s", json.dumps(results))
     bleu = [f"{results[k]:.2f} {k.split('_')[1]}" for k in results if k.startswith("test_") and k.endswith("_bleu")]
-    log.info("done: test BLEU %s in %s (checkpoints/, eval/%s)", " / ".join(bleu) or "-", run_dir.resolve(),
-             ", plots/" if cfg.eval.plots else "")
+    split = "test" if bleu else "valid"  # a corpus without a test split: valid's files
+    files = f"{split}.hyp, {split}.scores.json, the alignment matrices {split}.alignments.npz with their tokens in " \
+            f"{split}.alignments.jsonl, word links {split}.align"
+    log.info("done: test BLEU %s in %s (checkpoints/; eval/: %s%s)", " / ".join(bleu) or "-", run_dir.resolve(),
+             files, "; plots/" if cfg.eval.plots and bleu else "")
     if agreement is not None:
         log.info("the reverse model (%s -> %s) is %s; symmetrize the two directions' attention with:\n  %s",
                  cfg.data.tgt_lang, cfg.data.src_lang, (run_dir / REVERSE_DIR / "checkpoints" / "best.pt").resolve(),
