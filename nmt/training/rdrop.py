@@ -95,3 +95,13 @@ def check_rdrop(cfg) -> None:
         if node is not None and node.get("weight") is not None:
             raise ValueError(f"train.rdrop_alpha does not combine with train.{key}: set one of "
                              f"train.rdrop_alpha=null or train.{key}.weight=null")
+
+
+def keep_rdrop(ckpt_cfg, cfg, overrides=()) -> None:
+    """On a resume of a run trained with ``train.rdrop_alpha``: the setting stays the checkpoint's unless the
+    command line's ``overrides`` set it (a run resumed by its folder alone goes on with R-Drop;
+    ``train.rdrop_alpha=null`` turns it off)."""
+    alpha = ckpt_cfg.train.get("rdrop_alpha")
+    if alpha is not None and "rdrop_alpha" in cfg.train and \
+            not any(o.lstrip("+").startswith("train.rdrop_alpha=") for o in overrides):
+        cfg.train.rdrop_alpha = alpha

@@ -15,6 +15,7 @@ from nmt.data.textio import atomic_write
 from nmt.models import checkpoint
 from nmt.settings import adopt, differences, override_keys, same_setting, to_plain
 from nmt.training.guided import keep_guided
+from nmt.training.rdrop import keep_rdrop
 from nmt.training.reverse import REVERSE_DIR, keep_agreement
 from nmt.training.schedule import SCHEDULE_KEYS
 
@@ -109,6 +110,7 @@ def resume_from(path, cfg, run_dir: Path, device, overrides=()):
                     "the raw weights" if before is None else "the average")
     keep_agreement(ckpt_cfg, cfg, overrides)  # train.agreement: a run of both directions stays one
     keep_guided(ckpt_cfg, cfg, overrides)  # train.guided_alignment: a guided run stays guided
+    keep_rdrop(ckpt_cfg, cfg, overrides)  # train.rdrop_alpha: an R-Drop run stays one
     if ckpt_cfg.train.get("init"):  # a fine-tuning run resumed: it still started from that model
         cfg.train.init = ckpt_cfg.train.init
     warn_about_changes(path, ckpt_cfg, cfg, named_settings(cfg, overrides))

@@ -98,3 +98,16 @@ def test_a_run_with_rdrop_trains_and_logs_its_term(compose_cfg, tmp_path, caplog
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     terms = [r["rdrop_term"] for r in records if "train_loss" in r]
     assert terms and all(0 < term < 5 for term in terms) and "R-Drop term" in caplog.text
+
+
+def test_a_run_resumed_by_its_folder_keeps_rdrop_unless_the_command_line_sets_it(compose_cfg, tmp_path):
+    run = tmp_path / "run"
+    train(compose_cfg([*TINY, "train.rdrop_alpha=5"]), run)
+    results = train(compose_cfg([*TINY, "train.max_steps=8"]), run, overrides=["train.max_steps=8"])
+    assert results["steps"] == 8
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "rdrop_term" in r] == [5, 8]  # still R-Drop after the resume
+    off = ["train.max_steps=11", "train.rdrop_alpha=null"]
+    train(compose_cfg([*TINY, *off]), run, overrides=off)
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["step"] == 11 and "rdrop_term" not in records[-1]
