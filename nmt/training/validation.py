@@ -88,9 +88,9 @@ def validate(cfg, model, optimizer, scheduler, valid_pairs, valid: Parallel, tok
     append_record(run_dir / "metrics.jsonl", record)
     if board is not None:  # train.tensorboard: the same figures (nmt.training.tensorboard.Board)
         board.validation(record)
-    guided = "".join(f", {label} {record[key]:.3f}" for key, label in TERM_LABELS.items() if key in record)
+    terms = "".join(f", {label} {record[key]:.3f}" for key, label in TERM_LABELS.items() if key in record)
     log.info("step %d: valid loss %.3f ppl %.2f BLEU %.2f%s%s (%.0f tok/s)", progress.step, valid_loss,
-             record["valid_ppl"], bleu, describe(record), guided, record.get("tokens_per_sec", 0.0))
+             record["valid_ppl"], bleu, describe(record), terms, record.get("tokens_per_sec", 0.0))
     improved = bleu > progress.best_bleu
     if improved:
         progress.best_bleu, progress.best_step, progress.bad_validations = bleu, progress.step, 0
