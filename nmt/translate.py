@@ -238,10 +238,11 @@ def draw_plots(cfg: DictConfig, results: list) -> None:
     try:
         with warnings.catch_warnings(record=True) as caught:  # one log line each, not Python's two
             warnings.simplefilter("always")
-            plot_npz(cfg.alignments, [i for i in range(min(cfg.plot_first, len(results))) if results[i].text],
-                     cfg.plots)
+            drawn = plot_npz(cfg.alignments, [i for i in range(min(cfg.plot_first, len(results))) if results[i].text],
+                             cfg.plots)
         for warning in caught:
             log.warning("%s", warning.message)
+        log.info("drew %s: %s", counted(len(drawn), "alignment heatmap"), ", ".join(map(str, drawn)) or "-")
     except OSError as err:
         raise write_error(err.filename or cfg.plots, err, f"{', '.join(f'{k}={cfg[k]}' for k in OUTPUTS if cfg[k])} "
                           "were written") from None

@@ -268,6 +268,8 @@ def test_translate_file(run_dir, references, repo_root, final_checkpoint, tmp_pa
             {key: eval_records[k][key] for key in ("source_tokens", "hypothesis_tokens")}
         np.testing.assert_allclose(arrays[str(i)], eval_arrays[str(k)], atol=1e-5)
     assert sorted(p.name for p in (tmp_path / "plots").glob("*.png")) == ["in_0.png", "in_2.png"]  # 1 is blank
+    assert f"drew 2 alignment heatmaps: {tmp_path / 'plots' / 'in_0.png'}, {tmp_path / 'plots' / 'in_2.png'}" \
+        in proc.stderr.decode()
 
 
 def test_input_in_the_target_language_is_named(toks, references, caplog):

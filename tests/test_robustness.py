@@ -365,6 +365,8 @@ def test_a_truncated_checkpoint_is_named_in_one_line_with_what_to_use_instead(ti
     assert message.startswith(f"{cut} is not a readable checkpoint (truncated or not a torch file: ")
     assert message.endswith("copy it again, or use another checkpoint of the run (checkpoints/last.pt, step_N.pt)")
     assert "\n" not in message
+    reason = message.split("torch file: ", 1)[1].split("); copy it again", 1)[0]
+    assert reason and ". " not in reason  # torch's first sentence, not its advice cut short
 
 
 def test_a_run_folder_means_the_model_its_final_evaluation_scored(tmp_path):

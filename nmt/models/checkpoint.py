@@ -161,7 +161,8 @@ def load_payload(path: str | Path, map_location: str | torch.device = "cpu") -> 
             f"loading it could run code. Only load checkpoints written by nmt. ({str(err).splitlines()[0]})"
         ) from None
     except (RuntimeError, EOFError) as err:
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]  # torch's reason, without its advice
+        # torch's reason, its first sentence: without the advice that follows it
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0].split(". ")[0].rstrip(".")[:200]
         raise CheckpointError(f"{path} is not a readable checkpoint (truncated or not a torch file: {first}); copy "
                               "it again, or use another checkpoint of the run (checkpoints/last.pt, step_N.pt)"
                               ) from None

@@ -52,7 +52,7 @@ LIMITS = ("train.max_steps", "train.max_epochs", "train.max_minutes")
 MAY_BE_INF = ("train.clip",)  # clip=inf: no clipping; any other nan or inf trains on NaN
 
 
-HINTS = {"train.ema_decay": f" (or null: no average): {DECAY_MEANING}"}
+HINTS = {"train.ema_decay": f" (or null: no average): {DECAY_MEANING}", "train.rdrop_alpha": " (or null: no R-Drop)"}
 
 
 BELOW_ONE = ("model.dropout", "model.source_word_dropout", "model.target_word_dropout", "train.label_smoothing",

@@ -77,7 +77,7 @@ def test_the_term_teaches_two_dropout_samples_to_agree(compose_cfg):
 
 
 @pytest.mark.parametrize(("override", "message"), [
-    ("train.rdrop_alpha=0", "train.rdrop_alpha=0 must be above 0"),
+    ("train.rdrop_alpha=0", r"train.rdrop_alpha=0 must be above 0 \(or null: no R-Drop\)"),
     ("train.rdrop_alpha=-5", "train.rdrop_alpha=-5 must be above 0"),
     ("train.rdrop_alpha=five", "train.rdrop_alpha=five must be a number"),
     ("train.rdrop_alpha=inf", "must be a finite number"),
