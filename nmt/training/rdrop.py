@@ -55,8 +55,8 @@ class RDropObjective:
 
     def __call__(self, model, batch: Batch, label_smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
         logits, _ = model(batch.src.repeat(2, 1), batch.src_mask.repeat(2, 1), batch.tgt_in.repeat(2, 1))
-        vocab = logits.size(-1)
-        cross_entropy = 0.5 * loss_fn(logits.float(), batch.tgt_out.repeat(2, 1), label_smoothing)
+        logits, vocab = logits.float(), logits.size(-1)  # cast once (bf16 under autocast): both terms read it
+        cross_entropy = 0.5 * loss_fn(logits, batch.tgt_out.repeat(2, 1), label_smoothing)
         first, second = logits.chunk(2, dim=0)  # [B, T, V] each: the two dropout samples
         term = symmetric_kl(first.reshape(-1, vocab), second.reshape(-1, vocab), batch.tgt_out.reshape(-1) != PAD_ID)
         self.term = self.term + term.detach()  # no device sync per step: read once per window
@@ -82,13 +82,14 @@ def rdrop_objective(t) -> RDropObjective | None:
 
 
 def check_rdrop(cfg) -> None:
-    """The checks of ``train.rdrop_alpha`` that need no corpus (:func:`nmt.training.checks.check_settings`).
+    """The checks of ``train.rdrop_alpha`` that need no corpus (:func:`nmt.training.checks.check_settings`, whose
+    :func:`~nmt.training.checks.check_numbers` has refused a weight that is not a positive number before).
 
     Raises:
-        ValueError: a weight that is not a positive number, or R-Drop with ``train.agreement`` or
-            ``train.guided_alignment`` (their terms are not combined with it).
+        ValueError: R-Drop with ``train.agreement`` or ``train.guided_alignment`` (their terms are not combined
+            with it).
     """
-    if rdrop_objective(cfg.train) is None:
+    if cfg.train.get("rdrop_alpha") is None:
         return
     for key in ("agreement", "guided_alignment"):
         node = cfg.train.get(key)
@@ -96,12 +97,3 @@ def check_rdrop(cfg) -> None:
             raise ValueError(f"train.rdrop_alpha does not combine with train.{key}: set one of "
                              f"train.rdrop_alpha=null or train.{key}.weight=null")
 
-
-def keep_rdrop(ckpt_cfg, cfg, overrides=()) -> None:
-    """On a resume of a run trained with ``train.rdrop_alpha``: the setting stays the checkpoint's unless the
-    command line's ``overrides`` set it (a run resumed by its folder alone goes on with R-Drop;
-    ``train.rdrop_alpha=null`` turns it off)."""
-    alpha = ckpt_cfg.train.get("rdrop_alpha")
-    if alpha is not None and "rdrop_alpha" in cfg.train and \
-            not any(o.lstrip("+").startswith("train.rdrop_alpha=") for o in overrides):
-        cfg.train.rdrop_alpha = alpha

@@ -15,7 +15,6 @@ from nmt.data.textio import atomic_write
 from nmt.models import checkpoint
 from nmt.settings import adopt, differences, override_keys, same_setting, to_plain
 from nmt.training.guided import keep_guided
-from nmt.training.rdrop import keep_rdrop
 from nmt.training.reverse import REVERSE_DIR, keep_agreement
 from nmt.training.schedule import SCHEDULE_KEYS
 
@@ -63,6 +62,17 @@ def _yaml(value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def keep_number(ckpt_cfg, cfg, overrides, key: str) -> bool:
+    """On a resume: ``train.<key>`` becomes the checkpoint's when it is set there (not null) and the command line's
+    ``overrides`` do not set it, so a run resumed by its folder alone keeps averaging (``ema_decay``) or R-Drop
+    (``rdrop_alpha``); ``train.<key>=null`` turns it off. Returns whether the checkpoint's value was taken."""
+    before = ckpt_cfg.train.get(key)
+    if before is None or key not in cfg.train or any(o.lstrip("+").startswith(f"train.{key}=") for o in overrides):
+        return False
+    cfg.train[key] = before
+    return True
+
+
 def resume_from(path, cfg, run_dir: Path, device, overrides=()):
     """Model, tokenizers and data config from a checkpoint to resume; its SentencePiece models are copied to
     ``run_dir/spm``.
@@ -99,8 +109,8 @@ def resume_from(path, cfg, run_dir: Path, device, overrides=()):
             raise checkpoint.CheckpointError(f"{path}: its train_weights (the raw weights to continue training) do not "
                                              f"fit the model in its own config: {err}") from None
     before, now = ckpt_cfg.train.get("ema_decay"), cfg.train.get("ema_decay")
-    if before is not None and not any(o.lstrip("+").startswith("train.ema_decay=") for o in overrides):
-        cfg.train.ema_decay = now = before  # a run resumed by its folder alone keeps averaging
+    if keep_number(ckpt_cfg, cfg, overrides, "ema_decay"):  # a run resumed by its folder alone keeps averaging
+        now = before
         log.info("resuming %s: train.ema_decay=%s from the checkpoint (train.ema_decay=null stops the average)",
                  path, before)
     if before != now:
@@ -110,7 +120,7 @@ def resume_from(path, cfg, run_dir: Path, device, overrides=()):
                     "the raw weights" if before is None else "the average")
     keep_agreement(ckpt_cfg, cfg, overrides)  # train.agreement: a run of both directions stays one
     keep_guided(ckpt_cfg, cfg, overrides)  # train.guided_alignment: a guided run stays guided
-    keep_rdrop(ckpt_cfg, cfg, overrides)  # train.rdrop_alpha: an R-Drop run stays one
+    keep_number(ckpt_cfg, cfg, overrides, "rdrop_alpha")  # train.rdrop_alpha: an R-Drop run stays one
     if ckpt_cfg.train.get("init"):  # a fine-tuning run resumed: it still started from that model
         cfg.train.init = ckpt_cfg.train.init
     warn_about_changes(path, ckpt_cfg, cfg, named_settings(cfg, overrides))
