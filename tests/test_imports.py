@@ -203,12 +203,14 @@ def test_files_and_functions_stay_small():
 
 
 def test_special_ids_kept_in_sync():
-    """search.py keeps the special ids as literals (it must not import the tokenizer); they must agree."""
+    """nmt.decoding.hypothesis keeps the special ids as literals (search must not import the tokenizer); they
+    must agree."""
     from nmt.data import batches as data
     from nmt.data import tokenizer
-    from nmt.decoding import search
+    from nmt.decoding import hypothesis
 
-    assert (search.PAD_ID, search.BOS_ID, search.EOS_ID) == (tokenizer.PAD_ID, tokenizer.BOS_ID, tokenizer.EOS_ID)
+    assert (hypothesis.PAD_ID, hypothesis.BOS_ID, hypothesis.EOS_ID) == (tokenizer.PAD_ID, tokenizer.BOS_ID,
+                                                                         tokenizer.EOS_ID)
     batch = data.collate([[5, 3]], [[6, 3]], [0])  # collate's defaults: pad 0, BOS 2
     assert batch.tgt_in[0, 0] == tokenizer.BOS_ID
     assert data.collate([[5, 3], [3]], None, [0, 1]).src[1, 1] == tokenizer.PAD_ID

@@ -326,7 +326,7 @@ def test_coverage_penalty_reaches_the_search(references, final_checkpoint, beam_
     under-covered, so the penalty is not 0 everywhere (the check could not fail if it were)."""
     from omegaconf import OmegaConf
 
-    from nmt.decoding.search import coverage_penalty, length_penalty
+    from nmt.decoding.hypothesis import coverage_penalty, length_penalty
     from nmt.decoding.translation import translate_nbest
 
     model, cfg, src_tok, tgt_tok, _ = checkpoint.load(final_checkpoint)

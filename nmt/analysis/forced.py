@@ -27,7 +27,7 @@ from nmt.data.batches import collate
 from nmt.data.normalize import Normalizer
 from nmt.data.tokenizer import PAD_ID, Tokenizer, fits_other_side
 from nmt.decoding.ensemble import Ensemble, load_ensemble
-from nmt.decoding.search import log_probs
+from nmt.decoding.hypothesis import log_probs
 from nmt.decoding.translation import EMPTY, Translation
 from nmt.decoding.word_alignment import hard_alignment, merge_to_words
 from nmt.models import checkpoint

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from nmt.decoding.search import log_probs
+from nmt.decoding.hypothesis import log_probs
 from nmt.models import checkpoint
 from nmt.models.checkpoint import CheckpointError
 

@@ -9,83 +9,20 @@ the device. Hypotheses always end in EOS: at the maximum length ``max_len_a * S_
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 
+from nmt.decoding.hypothesis import (
+    BOS_ID,
+    EOS_ID,
+    Hypothesis,
+    coverage_penalty,
+    extend,
+    length_penalty,
+    log_probs,
+    max_lengths,
+    step_heads,
+)
 from nmt.models.seq2seq import Seq2Seq
-
-PAD_ID, BOS_ID, EOS_ID = 0, 2, 3  # the ids fixed in nmt.data.tokenizer (kept literal here: search does not import it)
-
-
-class Hypothesis(NamedTuple):
-    """One translation: ids ``[n]`` (no BOS, ending in EOS), score = log_prob / length penalty + coverage penalty,
-    log_prob = Σ log p(y_t) in nats, alignment ``[n, S_b]`` float (row t = attention when emitting ids[t]), heads
-    ``[heads, n, S_b]`` float: every head's alignment of a multi-head attention (their mean is ``alignment``), else
-    None."""
-
-    ids: list[int]
-    score: float
-    log_prob: float
-    alignment: torch.Tensor
-    heads: torch.Tensor | None = None
-
-
-def step_heads(state) -> torch.Tensor | None:
-    """The per-head weights ``[B, heads, S]`` of the step that made ``state`` (multi-head attention), else None
-    (one head, or an ensemble's states)."""
-    return getattr(state, "heads", None)
-
-
-def extend(history: torch.Tensor | None, rows: torch.Tensor, new: torch.Tensor | None) -> torch.Tensor | None:
-    """The rows ``rows`` ``[N]`` of a history ``[B, t, *]`` with the same rows of ``new`` ``[B, *]`` appended as
-    step t + 1 -> ``[N, t + 1, *]``; a None history is empty; None when ``new`` is None (no per-head weights)."""
-    if new is None:
-        return None
-    past = new.new_zeros(rows.numel(), 0, *new.shape[1:]) if history is None else history[rows]
-    return torch.cat([past, new[rows].unsqueeze(1)], dim=1)
-
-
-def length_penalty(length: torch.Tensor | int, alpha: float) -> torch.Tensor | float:
-    """GNMT length penalty ``lp(Y) = ((5 + |Y|) / 6) ** alpha`` (Wu et al. 2016, eq. 14); 1 for alpha = 0.
-    ``length``: |Y| in tokens (``</s>`` included), an int or a tensor ``[B]`` (the result is then ``[B]``)."""
-    return ((5 + length) / 6) ** alpha
-
-
-COVERAGE_FLOOR = 1e-6  # smallest coverage the penalty's log sees: a source token never attended costs log(1e-6)
-
-
-def coverage_penalty(alignment: torch.Tensor, beta: float) -> float:
-    """GNMT coverage penalty ``cp(X; Y) = beta * Σ_i log(min(Σ_j p_ij, 1))`` (Wu et al. 2016, eq. 14), i over
-    the source words and j over the hypothesis tokens: alignment ``[|Y|, S]`` (row j = the attention when
-    emitting y_j, the ``</s>`` row included; the S source columns end in the source ``</s>``, which is not a
-    word to translate and is left out) -> a number <= 0 in nats, 0 when every source token received a total
-    attention of at least 1 (and for beta = 0).
-
-    The total attention of a source token is floored at ``COVERAGE_FLOOR`` before the log, so that a token
-    that no step attended to (exactly 0 outside local-p's window) costs ``beta * log(1e-6)`` instead of -inf,
-    and hypotheses that all miss a token are still ranked.
-    """
-    if beta == 0:
-        return 0.0
-    coverage = alignment[:, :-1].double().sum(dim=0).clamp(min=COVERAGE_FLOOR, max=1.0)  # [S - 1]
-    return beta * float(coverage.log().sum())
-
-
-def log_probs(logits: torch.Tensor, inplace: bool = False) -> torch.Tensor:
-    """Logits ``[..., V]`` -> log-probabilities ``[..., V]`` in float32, with PAD and BOS never generated.
-
-    ``inplace=True`` writes the two -inf columns into float32 ``logits`` itself (the search's own step output)
-    instead of copying them; the argument is left unchanged otherwise."""
-    never = torch.tensor([PAD_ID, BOS_ID], device=logits.device)
-    logits = logits.float()
-    fill = logits.index_fill_ if inplace else logits.index_fill
-    return torch.log_softmax(fill(-1, never, float("-inf")), dim=-1)
-
-
-def max_lengths(src_mask: torch.Tensor, max_len_a: float, max_len_b: int) -> torch.Tensor:
-    """Per-sentence output limit ``[B]`` in tokens (EOS included): ``max_len_a * S_b + max_len_b``, at least 1."""
-    return (max_len_a * src_mask.sum(dim=1) + max_len_b).long().clamp(min=1)
 
 
 @torch.no_grad()
@@ -93,6 +30,10 @@ def greedy(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, max_len_a:
            max_len_b: int = 10, length_penalty_alpha: float = 0.0,
            gate_table: torch.Tensor | None = None, coverage_penalty_beta: float = 0.0) -> list[Hypothesis]:
     """Greedy decoding: the argmax token at each step.
+
+    Sentences that have ended leave the batch once a quarter of its rows have (:class:`_Rows`), so the later
+    steps compute mostly sentences that are still translating, as in :func:`beam`; a sentence's translation does
+    not depend on the others in its batch (to float rounding).
 
     Args:
         model: the model (eval mode).
@@ -116,39 +57,87 @@ def greedy(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, max_len_a:
         raise ValueError(f"need alpha >= 0 and beta >= 0; got alpha={length_penalty_alpha}, "
                          f"beta={coverage_penalty_beta}")
     memory, state = model.encode(src, src_mask)
-    B = src.size(0)
     limits = max_lengths(src_mask, max_len_a, max_len_b)  # [B]
-    y = src.new_full((B,), BOS_ID)
-    finished = torch.zeros(B, dtype=torch.bool, device=src.device)
-    log_prob = torch.zeros(B, device=src.device)
-    tokens, weights, heads = [], [], []
-    shortest = int(limits.min())
-    for t in range(int(limits.max())):
+    rows = _Rows(src, limits)
+    y = src.new_full((src.size(0),), BOS_ID)
+    for t in range(rows.steps):
         logits, state, w = model.decoder.step(y, state, memory, gate_table)
-        heads.append(step_heads(state))  # [B, heads, S] or None
-        logp = log_probs(logits, inplace=True)  # [B, V]
-        best, y = logp.max(dim=-1)  # [B] each, in one pass (faster on a CPU than argmax and a gather)
-        if t + 1 >= shortest:  # a sentence at its length limit ends with EOS
-            y = y.masked_fill(t + 1 >= limits, EOS_ID)
+        logp = log_probs(logits, inplace=True)  # [N, V], N the rows still in the batch
+        best, y = logp.max(dim=-1)  # [N] each, in one pass (faster on a CPU than argmax and a gather)
+        if t + 1 >= rows.shortest:  # a sentence at its length limit ends with EOS
+            y = y.masked_fill(t + 1 >= rows.limits, EOS_ID)
             best = logp.gather(1, y.unsqueeze(1)).squeeze(1)
-        log_prob += best.masked_fill(finished, 0.0)
-        tokens.append(y)
-        weights.append(w)
-        finished |= y == EOS_ID
-        if bool(finished.all()):
+        if rows.record(t, y, best, w, step_heads(state)):
             break
-    tokens_bt = torch.stack(tokens, dim=1).tolist()  # [B, t]
-    weights_bts = torch.stack(weights, dim=1).float().cpu()  # [B, t, S]
-    heads_bths = None if heads[0] is None else torch.stack(heads, dim=1).float().cpu()  # [B, t, heads, S]
-    src_lens = src_mask.sum(dim=1).tolist()
-    hyps = []
-    for b in range(B):
-        n = tokens_bt[b].index(EOS_ID) + 1
-        lp, alignment = float(log_prob[b]), weights_bts[b, :n, : src_lens[b]]
-        score = lp / length_penalty(n, length_penalty_alpha) + coverage_penalty(alignment, coverage_penalty_beta)
-        per_head = None if heads_bths is None else heads_bths[b, :n, :, : src_lens[b]].transpose(0, 1)
-        hyps.append(Hypothesis(tokens_bt[b][:n], score, lp, alignment, per_head))
-    return hyps
+        keep = rows.shrink()
+        if keep is not None:
+            state, memory, y = state.select(keep), memory.select(keep), y.index_select(0, keep)
+    return rows.hypotheses(src_mask, length_penalty_alpha, coverage_penalty_beta)
+
+
+class _Rows:
+    """The outputs of one :func:`greedy` call, written step by step into tensors of all B sentences, and which
+    sentence each row of the shrinking batch is (``live``)."""
+
+    def __init__(self, src: torch.Tensor, limits: torch.Tensor) -> None:
+        """src ``[B, S]``, limits ``[B]`` the output limits (:func:`max_lengths`)."""
+        B, device = src.size(0), src.device
+        self.steps = int(limits.max())
+        self.limits, self.shortest = limits, int(limits.min())
+        self.live: torch.Tensor | None = None  # [N] sentence of each row; None while N = B (no index needed)
+        self.finished = torch.zeros(B, dtype=torch.bool, device=device)  # [N]
+        self.tokens = src.new_full((B, self.steps), EOS_ID)  # [B, steps]; a row's first EOS ends it
+        self.log_prob = torch.zeros(B, device=device)  # [B]
+        self.weights: torch.Tensor | None = None  # [B, steps, S] float32, made at the first step
+        self.heads: torch.Tensor | None = None  # [B, steps, heads, S] with multi-head attention
+        self.length = 0  # steps taken
+
+    def record(self, t: int, y: torch.Tensor, best: torch.Tensor, w: torch.Tensor,
+               heads: torch.Tensor | None) -> bool:
+        """Write step t's tokens y ``[N]``, their log-probs best ``[N]``, weights w ``[N, S]`` and per-head
+        weights ``[N, heads, S]`` (or None) for the rows' sentences; True when every sentence has ended."""
+        if self.weights is None:
+            self.weights = w.new_zeros(self.tokens.size(0), self.steps, w.size(-1), dtype=torch.float32)
+        if heads is not None and self.heads is None:
+            self.heads = heads.new_zeros(self.tokens.size(0), self.steps, *heads.shape[1:], dtype=torch.float32)
+        at = slice(None) if self.live is None else self.live
+        self.tokens[at, t] = y
+        self.weights[at, t] = w.float()
+        if heads is not None:
+            self.heads[at, t] = heads.float()
+        self.log_prob[at] += best.masked_fill(self.finished, 0.0)
+        self.finished |= y == EOS_ID
+        self.length = t + 1
+        return bool(self.finished.all())
+
+    def shrink(self) -> torch.Tensor | None:
+        """The rows to keep ``[N']`` once at least a quarter of the N rows have ended (the caller selects them
+        from the decoder's state and memory), else None; keeps its own per-row tensors in step."""
+        done = int(self.finished.sum())
+        if 4 * done < self.finished.numel():
+            return None
+        keep = (~self.finished).nonzero().squeeze(1)  # [N']
+        self.live = keep if self.live is None else self.live.index_select(0, keep)
+        self.limits = self.limits.index_select(0, keep)
+        self.shortest = int(self.limits.min())
+        self.finished = self.finished.index_select(0, keep)
+        return keep
+
+    def hypotheses(self, src_mask: torch.Tensor, alpha: float, beta: float) -> list[Hypothesis]:
+        """One :class:`Hypothesis` per sentence, in batch order."""
+        n_steps = self.length
+        tokens_bt = self.tokens[:, :n_steps].tolist()  # [B, t]
+        weights = self.weights[:, :n_steps].cpu()  # [B, t, S]
+        heads = None if self.heads is None else self.heads[:, :n_steps].cpu()  # [B, t, heads, S]
+        src_lens = src_mask.sum(dim=1).tolist()
+        hyps = []
+        for b, ids in enumerate(tokens_bt):
+            n = ids.index(EOS_ID) + 1
+            lp, alignment = float(self.log_prob[b]), weights[b, :n, : src_lens[b]]
+            score = lp / length_penalty(n, alpha) + coverage_penalty(alignment, beta)
+            per_head = None if heads is None else heads[b, :n, :, : src_lens[b]].transpose(0, 1)
+            hyps.append(Hypothesis(ids[:n], score, lp, alignment, per_head))
+        return hyps
 
 
 @torch.no_grad()

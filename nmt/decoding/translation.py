@@ -14,9 +14,10 @@ import torch
 
 from nmt.data.batches import collate
 from nmt.data.tokenizer import Tokenizer
+from nmt.decoding.hypothesis import max_lengths
 from nmt.decoding.mbr import SentenceBleu, expected_utility
 from nmt.decoding.options import check_decoding, mbr_settings
-from nmt.decoding.search import beam, greedy, max_lengths
+from nmt.decoding.search import beam, greedy
 from nmt.models.precision import inference_context
 
 log = logging.getLogger(__name__)

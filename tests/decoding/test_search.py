@@ -7,16 +7,8 @@ import math
 import pytest
 import torch
 
-from nmt.decoding.search import (
-    BOS_ID,
-    EOS_ID,
-    PAD_ID,
-    beam,
-    coverage_penalty,
-    greedy,
-    length_penalty,
-    log_probs,
-)
+from nmt.decoding.hypothesis import BOS_ID, EOS_ID, PAD_ID, coverage_penalty, length_penalty, log_probs
+from nmt.decoding.search import beam, greedy
 from nmt.models.attention import Additive, Dot, General, LocalP
 from nmt.models.decoder import Decoder
 from nmt.models.encoder import Encoder
@@ -148,6 +140,26 @@ def test_batch_of_one_equals_batch_of_many(style, search):
             assert h1.score == pytest.approx(hm.score, abs=1e-4)
             assert h1.log_prob == pytest.approx(hm.log_prob, abs=1e-4)
             torch.testing.assert_close(h1.alignment, hm.alignment, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_greedy_drops_ended_sentences_from_the_batch(style, monkeypatch):
+    """EOS is never chosen (its logit is lowered by 30), so each sentence ends at its length limit, its source
+    length here (4, 9, 1, 6, 3, 7); a quarter of the rows ended makes the batch shrink to the open sentences, and
+    every sentence gets what it gets when decoded alone."""
+    model = build(style, "additive", seed=2, eos_bias=-30.0)
+    rows = []
+    step = model.decoder.step
+    monkeypatch.setattr(model.decoder, "step", lambda y, *a: rows.append(y.size(0)) or step(y, *a))
+    src, mask = padded(LENGTHS, S=10)
+    many = greedy(model, src, mask, max_len_a=1.0, max_len_b=0)
+    assert rows == [6, 6, 6, 4, 3, 3, 2, 1, 1]
+    assert [len(h.ids) for h in many] == LENGTHS
+    for b, n in enumerate(LENGTHS):
+        (one,) = greedy(model, src[b : b + 1, :n], mask[b : b + 1, :n], max_len_a=1.0, max_len_b=0)
+        assert one.ids == many[b].ids
+        assert one.log_prob == pytest.approx(many[b].log_prob, abs=1e-4)
+        torch.testing.assert_close(one.alignment, many[b].alignment, atol=1e-5, rtol=1e-4)
 
 
 # ---------------------------------------------------------------- beam vs greedy, beam vs exact search
@@ -418,7 +430,8 @@ def test_invalid_greedy_arguments_raise(kwargs):
 
 def test_log_probs_masks_pad_and_bos_and_copies_unless_inplace():
     """PAD and BOS get -inf and the rest is log_softmax over the other tokens; the argument is unchanged, and
-    ``inplace=True`` gives the same values while writing the -inf columns into the logits themselves."""
+    ``inplace=True`` gives the same values written into the float32 logits themselves, and into a float32 copy of
+    bfloat16 logits, which stay unchanged."""
     logits = torch.randn(3, 7, generator=torch.Generator().manual_seed(0))
     before = logits.clone()
     got = log_probs(logits)
@@ -426,5 +439,10 @@ def test_log_probs_masks_pad_and_bos_and_copies_unless_inplace():
     allowed = [v for v in range(7) if v not in (PAD_ID, BOS_ID)]
     assert torch.isneginf(got[:, [PAD_ID, BOS_ID]]).all()
     torch.testing.assert_close(got[:, allowed], torch.log_softmax(before[:, allowed], dim=-1))
-    torch.testing.assert_close(log_probs(logits, inplace=True), got, rtol=0.0, atol=0.0)
-    assert torch.isneginf(logits[:, [PAD_ID, BOS_ID]]).all()
+    written = log_probs(logits, inplace=True)
+    torch.testing.assert_close(written, got, rtol=0.0, atol=0.0)
+    assert written.data_ptr() == logits.data_ptr() and torch.equal(logits, got)
+    low = before.bfloat16()
+    kept = low.clone()
+    torch.testing.assert_close(log_probs(low, inplace=True), log_probs(kept), rtol=0.0, atol=0.0)
+    assert torch.equal(low, kept)
