@@ -273,7 +273,8 @@ def main() -> None:
     if args.decode_only and (not args.checkpoint or args.scaling):
         parser.error("--decode-only needs --checkpoint (the model to decode) and excludes --scaling")
     torch.set_num_threads(args.threads)
-    allocator = reuse_freed_memory()  # NMT_MALLOC=reuse to measure glibc tuned, as train.py would then be
+    # as train.py, or with --decode-only as translate.py, does by default (NMT_MALLOC= changes it for both)
+    allocator = reuse_freed_memory(default="reuse" if args.decode_only else "default")
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=[f"threads={args.threads}", "device=cpu", *args.overrides])
     report: dict = {"overrides": args.overrides, "threads": args.threads, "torch": torch.__version__,

@@ -122,7 +122,7 @@ def run(cfg: DictConfig, stage: dict | None = None) -> None:
     stage["now"] = "loading"
     absolute_paths(cfg, TRANSLATE_PATHS)
     set_threads(cfg.threads)
-    reuse_freed_memory()
+    reuse_freed_memory(default="reuse")  # NMT_MALLOC=default keeps glibc as it comes
     device = pick_device(cfg.device)
     precision = check_precision(cfg.precision, device, "precision")  # auto -> fp32 or bf16
     beam_size, n_best = check_outputs(cfg)

@@ -64,6 +64,20 @@ def test_translate_writes_one_output_line_per_input_line(lines, tiny_run, transl
     assert len(text.splitlines()) == len(lines)  # no other line break (\r, \u2028, \x85, ...) in a translation
 
 
+def test_translate_asks_to_keep_freed_memory_by_default(tiny_run, translate_script, compose_cfg, tmp_path,
+                                                        monkeypatch):
+    """translate.py's allocator default is ``reuse`` (nmt.models.allocator; NMT_MALLOC=default overrides it)."""
+    asked = []
+    monkeypatch.setattr(translate_script, "reuse_freed_memory", lambda default="default": asked.append(default) or "")
+    source = tmp_path / "input.txt"
+    source.write_text("Ein Hund.\n", encoding="utf-8")
+    cfg = compose_cfg([f"checkpoint={tiny_run}", f"input={source}", f"output={tmp_path / 'out.txt'}",
+                       "device=cpu"], config_name="translate")
+    translate_script.run(cfg)
+    assert asked == ["reuse"]
+    assert (tmp_path / "out.txt").read_text(encoding="utf-8").count("\n") == 1
+
+
 def test_a_lone_surrogate_in_the_input_is_refused_with_its_line(tiny_run, translate_script, compose_cfg,
                                                                tmp_path):
     source = tmp_path / "input.txt"

@@ -10,11 +10,12 @@ threshold to 256 MB with ``mallopt(3)``, so freed blocks stay in the heap and ar
 process is unchanged (the blocks were in use at the peak anyway), a process holds at most 256 MB more between its
 peaks.
 
-It is off unless asked for, with ``NMT_MALLOC=reuse`` in the environment: it sped up ``bench/speed.py`` but not a
-real ``train.py`` run, where glibc's own adaptive threshold already keeps most blocks (docs/benchmarks.md).
-``NMT_MALLOC=default`` or no value keeps glibc as it comes; any other value is refused with a ValueError. Nothing
-is changed where the process's ``malloc`` is not glibc's (jemalloc, tcmalloc or mimalloc through ``LD_PRELOAD``;
-macOS, Windows, musl).
+Each command has its default, which ``NMT_MALLOC`` overrides: ``translate.py`` (``nmt-translate``) keeps freed
+memory, with which beam search decodes faster, while ``train.py``, ``nmt.align`` and ``nmt.report``'s gold scoring
+leave glibc as it comes: it sped up ``bench/speed.py`` but not a real ``train.py`` run, where glibc's own adaptive
+threshold already keeps most blocks (docs/benchmarks.md). ``NMT_MALLOC=reuse`` tunes it, ``NMT_MALLOC=default``
+keeps glibc as it comes, and any other value is refused with a ValueError. Nothing is changed where the process's
+``malloc`` is not glibc's (jemalloc, tcmalloc or mimalloc through ``LD_PRELOAD``; macOS, Windows, musl).
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ MMAP_THRESHOLD = 32 * 1024 * 1024  # glibc's upper limit for M_MMAP_THRESHOLD on
 TRIM_THRESHOLD = 256 * 1024 * 1024
 
 
-def user_choice(environ=os.environ) -> str | None:
-    """The reason to leave glibc's malloc as it is (a phrase), or None to tune it (``NMT_MALLOC=reuse``).
+def user_choice(environ=os.environ, default: str = "default") -> str | None:
+    """The reason to leave glibc's malloc as it is (a phrase), or None to tune it: ``NMT_MALLOC=reuse``, or
+    ``NMT_MALLOC`` unset or empty with ``default="reuse"`` (the calling command's default).
 
     Raises:
         ValueError: ``NMT_MALLOC`` set to anything but ``default`` or ``reuse``.
@@ -38,8 +40,10 @@ def user_choice(environ=os.environ) -> str | None:
     chosen = environ.get("NMT_MALLOC", "").strip().lower()
     if chosen not in ("", "default", "reuse"):
         raise ValueError(f"NMT_MALLOC={environ['NMT_MALLOC']}: use NMT_MALLOC=reuse (keep freed memory for the "
-                         "next step) or NMT_MALLOC=default (glibc's malloc as it comes, the default)")
-    return None if chosen == "reuse" else "NMT_MALLOC=reuse not set"
+                         "next step) or NMT_MALLOC=default (glibc's malloc as it comes)")
+    if (chosen or default) == "reuse":
+        return None
+    return "NMT_MALLOC=default" if chosen else "NMT_MALLOC=reuse not set"
 
 
 def glibc_malloc() -> tuple[ctypes.CDLL | None, str]:
@@ -58,16 +62,20 @@ def glibc_malloc() -> tuple[ctypes.CDLL | None, str]:
 
 
 @functools.cache  # a ValueError is not cached: every call raises until NMT_MALLOC is fixed
-def reuse_freed_memory() -> str:
-    """With ``NMT_MALLOC=reuse``, tune glibc's malloc for a process of repeated same-sized tensors (see the
-    module's text); once per process, later calls return the first answer.
+def reuse_freed_memory(default: str = "default") -> str:
+    """Tune glibc's malloc for a process of repeated same-sized tensors (see the module's text) when
+    ``NMT_MALLOC=reuse``, or when it is unset and ``default="reuse"``; once per process and ``default``, later
+    calls return the first answer.
+
+    Args:
+        default: the calling command's choice when ``NMT_MALLOC`` is unset: ``"reuse"`` or ``"default"``.
 
     Returns:
         what was done, a short phrase for the log: ``"glibc 2.36 malloc: ..."`` or why nothing was changed.
     Raises:
         ValueError: ``NMT_MALLOC`` set to anything but ``default`` or ``reuse``, at every call until it is fixed.
     """
-    reason = user_choice()  # raises on a bad NMT_MALLOC before anything else
+    reason = user_choice(default=default)  # raises on a bad NMT_MALLOC before anything else
     if reason:
         return f"malloc as it comes ({reason})"
     libc, version = glibc_malloc()

@@ -52,8 +52,17 @@ def test_freed_blocks_are_reused_without_page_faults():
 
 def test_only_nmt_malloc_reuse_asks_for_the_tuning():
     assert user_choice({"NMT_MALLOC": " Reuse "}) is None
-    for environ in ({}, {"NMT_MALLOC": "Default"}, {"NMT_MALLOC": ""}):
+    for environ in ({}, {"NMT_MALLOC": ""}):
         assert user_choice(environ) == "NMT_MALLOC=reuse not set"
+    assert user_choice({"NMT_MALLOC": "Default"}) == "NMT_MALLOC=default"
+
+
+def test_a_command_that_reuses_by_default_keeps_glibc_with_nmt_malloc_default():
+    """translate.py's default (``default="reuse"``): tuned when NMT_MALLOC is unset or empty, not with
+    NMT_MALLOC=default."""
+    for environ in ({}, {"NMT_MALLOC": " "}, {"NMT_MALLOC": "reuse"}):
+        assert user_choice(environ, default="reuse") is None
+    assert user_choice({"NMT_MALLOC": "default"}, default="reuse") == "NMT_MALLOC=default"
 
 
 def test_a_misspelt_nmt_malloc_is_refused_by_name():
