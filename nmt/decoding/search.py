@@ -91,6 +91,7 @@ class _Rows:
         self.weights: torch.Tensor | None = None  # [B, steps, S] float32, made at the first step
         self.heads: torch.Tensor | None = None  # [B, steps, heads, S] with multi-head attention
         self.length = 0  # steps taken
+        self.done = 0  # rows of the batch that have ended
 
     def record(self, t: int, y: torch.Tensor, best: torch.Tensor, w: torch.Tensor,
                heads: torch.Tensor | None) -> bool:
@@ -102,19 +103,19 @@ class _Rows:
             self.heads = heads.new_zeros(self.tokens.size(0), self.steps, *heads.shape[1:], dtype=torch.float32)
         at = slice(None) if self.live is None else self.live
         self.tokens[at, t] = y
-        self.weights[at, t] = w.float()
+        self.weights[at, t] = w.float()  # index_put needs equal dtypes (bf16 weights under autocast)
         if heads is not None:
             self.heads[at, t] = heads.float()
         self.log_prob[at] += best.masked_fill(self.finished, 0.0)
         self.finished |= y == EOS_ID
         self.length = t + 1
-        return bool(self.finished.all())
+        self.done = int(self.finished.sum())
+        return self.done == self.finished.numel()
 
     def shrink(self) -> torch.Tensor | None:
         """The rows to keep ``[N']`` once at least a quarter of the N rows have ended (the caller selects them
         from the decoder's state and memory), else None; keeps its own per-row tensors in step."""
-        done = int(self.finished.sum())
-        if 4 * done < self.finished.numel():
+        if 4 * self.done < self.finished.numel():
             return None
         keep = (~self.finished).nonzero().squeeze(1)  # [N']
         self.live = keep if self.live is None else self.live.index_select(0, keep)
