@@ -162,6 +162,17 @@ def test_greedy_drops_ended_sentences_from_the_batch(style, monkeypatch):
         torch.testing.assert_close(one.alignment, many[b].alignment, atol=1e-5, rtol=1e-4)
 
 
+def test_greedy_shrinks_its_batch_under_bf16_autocast():
+    """Under autocast the attention weights are bf16 while the recorded ones are float32: the rows still leave
+    the batch and every sentence ends at its limit."""
+    model = build("conditional", "additive", seed=2, eos_bias=-30.0)
+    src, mask = padded(LENGTHS, S=10)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        hyps = greedy(model, src, mask, max_len_a=1.0, max_len_b=0)
+    assert [len(h.ids) for h in hyps] == LENGTHS
+    assert all(h.alignment.dtype == torch.float32 for h in hyps)
+
+
 # ---------------------------------------------------------------- beam vs greedy, beam vs exact search
 
 
