@@ -122,8 +122,7 @@ def run(cfg: DictConfig, stage: dict | None = None) -> None:
     stage["now"] = "loading"
     absolute_paths(cfg, TRANSLATE_PATHS)
     set_threads(cfg.threads)
-    reuse_freed_memory(default="reuse")  # NMT_MALLOC=default keeps glibc as it comes
-    device = pick_device(cfg.device)
+    memory, device = reuse_freed_memory(default="reuse"), pick_device(cfg.device)  # reuse, unless NMT_MALLOC=default
     precision = check_precision(cfg.precision, device, "precision")  # auto -> fp32 or bf16
     beam_size, n_best = check_outputs(cfg)
     paths = checkpoint_files(cfg.checkpoint)  # a wrong checkpoint= is named before the input is read
@@ -139,6 +138,7 @@ def run(cfg: DictConfig, stage: dict | None = None) -> None:
     # a model trained on normalized text (data.normalize, e.g. the alignment presets) sees its input the same way
     sentences = Normalizer.from_config(model_cfg.data.get("normalize"), model_cfg.data.src_lang).lines(sentences)
     warn_other_language(cfg.input, model_cfg.data, src_tok, tgt_tok, sentences)
+    log.info("memory: %s", memory)  # once the checkpoint and the input are found to be usable
     start, stage["now"] = time.perf_counter(), "translating"
     with Precision(precision, device).autocast():
         nbest = translate_nbest(model, src_tok, tgt_tok, sentences, cfg.decode, device, beam_size, n_best)

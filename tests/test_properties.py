@@ -5,6 +5,7 @@ the module runs in well under a minute; the tiny model is trained once on a real
 from __future__ import annotations
 
 import importlib
+import logging
 import shutil
 import string
 
@@ -65,16 +66,20 @@ def test_translate_writes_one_output_line_per_input_line(lines, tiny_run, transl
 
 
 def test_translate_asks_to_keep_freed_memory_by_default(tiny_run, translate_script, compose_cfg, tmp_path,
-                                                        monkeypatch):
-    """translate.py's allocator default is ``reuse`` (nmt.models.allocator; NMT_MALLOC=default overrides it)."""
+                                                        monkeypatch, caplog):
+    """translate.py's allocator default is ``reuse`` (nmt.models.allocator; NMT_MALLOC=default overrides it),
+    and its log says what was done."""
     asked = []
-    monkeypatch.setattr(translate_script, "reuse_freed_memory", lambda default="default": asked.append(default) or "")
+    monkeypatch.setattr(translate_script, "reuse_freed_memory",
+                        lambda default="default": asked.append(default) or "malloc tuned as asked")
     source = tmp_path / "input.txt"
     source.write_text("Ein Hund.\n", encoding="utf-8")
     cfg = compose_cfg([f"checkpoint={tiny_run}", f"input={source}", f"output={tmp_path / 'out.txt'}",
                        "device=cpu"], config_name="translate")
-    translate_script.run(cfg)
+    with caplog.at_level(logging.INFO):
+        translate_script.run(cfg)
     assert asked == ["reuse"]
+    assert "memory: malloc tuned as asked" in caplog.messages
     assert (tmp_path / "out.txt").read_text(encoding="utf-8").count("\n") == 1
 
 
