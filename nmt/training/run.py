@@ -24,7 +24,7 @@ from nmt.data.stream import TrainStream, corpus_settings, train_stream
 from nmt.models.allocator import reuse_freed_memory
 from nmt.models.build import build_model
 from nmt.models.device import pick_device, set_threads
-from nmt.models.precision import Precision, check_precision
+from nmt.models.precision import Precision, bound_kernel_cache, check_precision
 from nmt.settings import save_config
 from nmt.training.checks import check_settings
 from nmt.training.distributed import Distributed
@@ -70,9 +70,9 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = (), dist: Dis
     check_settings(cfg)  # before the corpus and tokenizers: a bad setting fails at once
     torch.manual_seed(cfg.seed)
     set_threads(cfg.get("threads"))
-    memory = reuse_freed_memory()
     device = device or pick_device(cfg.device)
     precision = training_precision(cfg.train, device, dist)
+    memory = f"{reuse_freed_memory()}; {bound_kernel_cache(precision, device)}"  # before the first bf16 product
     if not dist.is_main:  # rank 0 trains the subwords or copies the checkpoint's files first
         dist.barrier("waiting for rank 0 to prepare the run folder")
     cfg, splits, model, toks, payload, init_reverse = start_or_resume(cfg, run_dir, device, overrides,

@@ -3,13 +3,18 @@ exact zeros on padding, and leaves the weights, optimizer state and checkpoints 
 
 from __future__ import annotations
 
+import logging
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
 import nmt.models.precision
 from nmt.data.batches import collate
 from nmt.models.build import build_model
-from nmt.models.precision import Precision, check_precision, cpu_has_bf16
+from nmt.models.precision import KERNEL_CACHE, Precision, bound_kernel_cache, check_precision, cpu_has_bf16
 from nmt.training.run import train
 from nmt.training.step import train_step
 
@@ -41,16 +46,58 @@ def test_bf16_training_lowers_the_loss_and_keeps_padding_at_zero(compose_cfg, at
         torch.testing.assert_close(weights.float().sum(-1), torch.ones(weights.shape[:2]), atol=2e-2, rtol=0)
 
 
-def test_bf16_run_writes_fp32_checkpoints(compose_cfg, tmp_path):
+def test_bf16_run_writes_fp32_checkpoints_and_bounds_the_kernel_cache(compose_cfg, tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv(KERNEL_CACHE, "")  # unset for train(); restored afterwards
     cfg = compose_cfg(["data.train_limit=200", "data.eval_limit=4", "tokenizer.vocab_size=500", "model.emb_size=16",
                        "model.hidden_size=32", "train.batch_tokens=150", "train.max_steps=4", "train.valid_every=4",
                        "decode.beam_size=1", "eval.plots=0", "device=cpu", "train.precision=bf16",
                        "train.keep_best=0"])
-    results = train(cfg, tmp_path / "run")
+    with caplog.at_level(logging.INFO):
+        results = train(cfg, tmp_path / "run")
     assert results["steps"] == 4 and (tmp_path / "run" / "eval" / "test.scores.json").is_file()
     payload = torch.load(tmp_path / "run" / "checkpoints" / "last.pt", weights_only=True)
     assert all(t.dtype == torch.float32 for t in payload["model"].values() if t.is_floating_point())
     assert payload["config"]["train"]["precision"] == "bf16"
+    assert os.environ[KERNEL_CACHE] == "256"
+    assert any(m.startswith("memory: ") and "oneDNN kernel cache bounded to 256 shapes" in m for m in caplog.messages)
+
+
+def test_the_kernel_cache_is_bounded_for_bf16_on_a_cpu_only_and_never_overrides_the_user():
+    environ = {}
+    assert "bounded to 256 shapes" in bound_kernel_cache("bf16", torch.device("cpu"), environ=environ)
+    assert environ == {KERNEL_CACHE: "256"}
+    environ = {KERNEL_CACHE: "64"}
+    assert bound_kernel_cache("bf16", torch.device("cpu"), environ=environ).endswith("=64")
+    assert environ == {KERNEL_CACHE: "64"}
+    for precision, device in [("fp32", "cpu"), ("bf16", "cuda"), ("fp16", "cuda")]:
+        environ = {}
+        assert "as it comes" in bound_kernel_cache(precision, torch.device(device), environ=environ)
+        assert environ == {}
+
+
+BF16_SHAPES = """
+import sys, torch
+from nmt.models.precision import bound_kernel_cache
+if sys.argv[1] == "bound":
+    bound_kernel_cache("bf16", torch.device("cpu"), capacity=1)  # after torch's import, before any bf16 product
+weight = torch.randn(64, 32)
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    for rows in (3, 5, 3):  # the third product has the first one's shape again
+        torch.nn.functional.linear(torch.randn(rows, 32), weight)
+"""
+
+
+def test_a_bounded_kernel_cache_is_what_onednn_keeps(tmp_path):
+    """oneDNN's own log: with a cache of one shape the repeated shape is built again (no cache hit)."""
+    env = {k: v for k, v in os.environ.items() if k != KERNEL_CACHE} | {"ONEDNN_VERBOSE": "all"}
+    script = tmp_path / "shapes.py"
+    script.write_text(BF16_SHAPES)
+    logs = {mode: subprocess.run([sys.executable, str(script), mode], env=env, capture_output=True, text=True,
+                                 check=True).stdout for mode in ("bound", "default")}
+    if "create:cache_miss" not in logs["default"]:
+        pytest.skip("this torch build does not run bf16 products through oneDNN")
+    assert logs["default"].count("create:cache_hit") == 1 and logs["default"].count("create:cache_miss") == 2
+    assert logs["bound"].count("create:cache_hit") == 0 and logs["bound"].count("create:cache_miss") == 3
 
 
 @pytest.mark.parametrize("precision, device, message", [
