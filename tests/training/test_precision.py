@@ -69,10 +69,22 @@ def test_the_kernel_cache_is_bounded_for_bf16_on_a_cpu_only_and_never_overrides_
     environ = {KERNEL_CACHE: "64"}
     assert bound_kernel_cache("bf16", torch.device("cpu"), environ=environ).endswith("=64")
     assert environ == {KERNEL_CACHE: "64"}
+    environ = {KERNEL_CACHE: " "}  # empty: unset
+    assert "bounded to 8 shapes" in bound_kernel_cache("bf16", torch.device("cpu"), capacity=8, environ=environ)
+    assert environ == {KERNEL_CACHE: "8"}
     for precision, device in [("fp32", "cpu"), ("bf16", "cuda"), ("fp16", "cuda")]:
         environ = {}
         assert "as it comes" in bound_kernel_cache(precision, torch.device(device), environ=environ)
         assert environ == {}
+
+
+@pytest.mark.parametrize("value", ["abc", "1e3", "-5", "256 shapes"])
+def test_a_kernel_cache_size_that_is_not_a_whole_number_is_refused(value):
+    """oneDNN would read these silently as 0 (no cache) or its default; the run says what to set instead."""
+    environ = {KERNEL_CACHE: value}
+    with pytest.raises(ValueError, match=f"{KERNEL_CACHE}={value}: .*set a whole number"):
+        bound_kernel_cache("bf16", torch.device("cpu"), environ=environ)
+    assert environ == {KERNEL_CACHE: value}
 
 
 BF16_SHAPES = """
