@@ -73,7 +73,7 @@ def bound_kernel_cache(precision: str, device: torch.device, capacity: int = TRA
     if precision != "bf16" or device.type != "cpu":
         return f"oneDNN kernel cache as it comes ({precision} on {device.type})"
     chosen = environ.get(KERNEL_CACHE, "").strip()
-    if chosen and not chosen.isdecimal():
+    if chosen and not (chosen.isascii() and chosen.isdigit()):
         raise ValueError(f"{KERNEL_CACHE}={environ[KERNEL_CACHE]}: oneDNN keeps this many kernel shapes, so set a "
                          f"whole number (0 turns the cache off), or unset it for {capacity} in bf16 training")
     if chosen:

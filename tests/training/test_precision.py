@@ -78,7 +78,7 @@ def test_the_kernel_cache_is_bounded_for_bf16_on_a_cpu_only_and_never_overrides_
         assert environ == {}
 
 
-@pytest.mark.parametrize("value", ["abc", "1e3", "-5", "256 shapes"])
+@pytest.mark.parametrize("value", ["abc", "1e3", "-5", "256 shapes", "\u0663"])
 def test_a_kernel_cache_size_that_is_not_a_whole_number_is_refused(value):
     """oneDNN would read these silently as 0 (no cache) or its default; the run says what to set instead."""
     environ = {KERNEL_CACHE: value}
