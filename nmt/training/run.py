@@ -108,10 +108,11 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = (), dist: Dis
 
 def training_precision(t, device, dist: Distributed) -> str:
     """``train.precision`` (``t`` is ``cfg.train``) resolved for ``device``: ``fp32``, ``bf16`` or ``fp16``
-    (:func:`nmt.models.precision.check_precision`, whose ValueError it raises); what ``auto`` chose is logged."""
+    (:func:`nmt.models.precision.check_precision`, whose ValueError it raises); the precision, and what ``auto``
+    chose, is logged."""
     setting = t.get("precision") or "fp32"
     precision = check_precision(setting, device)
-    if setting != precision and dist.is_main:
+    if dist.is_main:
         log.info("train.precision=%s: training in %s on %s", setting, precision, device)
     return precision
 

@@ -60,6 +60,7 @@ def test_bf16_run_writes_fp32_checkpoints_and_bounds_the_kernel_cache(compose_cf
     assert payload["config"]["train"]["precision"] == "bf16"
     assert os.environ[KERNEL_CACHE] == "256"
     assert any(m.startswith("memory: ") and "oneDNN kernel cache bounded to 256 shapes" in m for m in caplog.messages)
+    assert "train.precision=bf16: training in bf16 on cpu" in caplog.messages  # named even when not picked by auto
 
 
 def test_the_kernel_cache_is_bounded_for_bf16_on_a_cpu_only_and_never_overrides_the_user():
