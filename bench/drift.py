@@ -38,9 +38,8 @@ from speed import (  # bench/ is the script's folder, so on sys.path
 from nmt.data.batches import encode_pairs, iterate_batches
 from nmt.decoding.scoring import greedy_bleu
 from nmt.models import checkpoint
-from nmt.models.allocator import reuse_freed_memory
 from nmt.models.build import build_model
-from nmt.models.precision import bound_kernel_cache
+from nmt.training.run import training_memory
 from nmt.training.schedule import make_optimizer
 from nmt.training.step import train_step
 from nmt.training.validation import validation_loss
@@ -127,11 +126,10 @@ def main() -> None:
         parser.error("--reinit needs --checkpoint (whose subword models and sizes it keeps)")
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(args.flush)
-    allocator = reuse_freed_memory()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=[f"threads={args.threads}", "device=cpu",
                                           *(args.overrides or ["+experiment=multi30k_en_de"])])
-    allocator += "; " + bound_kernel_cache(run_precision(cfg).name, torch.device("cpu"))  # as train.py does
+    allocator = training_memory(run_precision(cfg).name, torch.device("cpu"))  # as train.py does
     loaded = load_run(args.checkpoint, cfg) if args.checkpoint else None
     torch.manual_seed(cfg.seed)
     splits = load_corpus(cfg, "multi30k")

@@ -49,7 +49,8 @@ from nmt.decoding.translation import translate
 from nmt.models import checkpoint
 from nmt.models.allocator import reuse_freed_memory
 from nmt.models.build import build_model
-from nmt.models.precision import Precision, bound_kernel_cache, check_precision
+from nmt.models.precision import Precision, check_precision
+from nmt.training.run import training_memory
 from nmt.training.schedule import make_optimizer
 from nmt.training.step import train_step
 from nmt.training.subwords import prepare_tokenizers
@@ -274,11 +275,11 @@ def main() -> None:
         parser.error("--decode-only needs --checkpoint (the model to decode) and excludes --scaling")
     torch.set_num_threads(args.threads)
     # as train.py, or with --decode-only as translate.py, does by default (NMT_MALLOC= changes it for both)
-    allocator = reuse_freed_memory(default="reuse" if args.decode_only else "default")
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=[f"threads={args.threads}", "device=cpu", *args.overrides])
-    if not args.decode_only:  # the kernel cache as train.py bounds it (translate.py leaves it as it comes)
-        allocator += "; " + bound_kernel_cache(run_precision(cfg).name, torch.device("cpu"))
+    # memory as translate.py (--decode-only) or train.py treats it (NMT_MALLOC= and the kernel cache's variable)
+    allocator = reuse_freed_memory(default="reuse") if args.decode_only else \
+        training_memory(run_precision(cfg).name, torch.device("cpu"))
     report: dict = {"overrides": args.overrides, "threads": args.threads, "torch": torch.__version__,
                     "allocator": allocator,
                     "precision": run_precision(cfg).name,

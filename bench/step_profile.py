@@ -39,8 +39,7 @@ from speed import (  # bench/ is the script's folder, so on sys.path
 from torch.profiler import ProfilerActivity, profile
 
 from nmt.data.batches import iterate_batches
-from nmt.models.allocator import reuse_freed_memory
-from nmt.models.precision import bound_kernel_cache
+from nmt.training.run import training_memory
 from nmt.training.step import train_step
 
 PRODUCTS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addmv", "aten::addmv_", "aten::mv",
@@ -115,10 +114,9 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of conf/train.yaml")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    allocator = reuse_freed_memory()  # NMT_MALLOC=reuse to profile glibc tuned, as train.py would then be
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=[f"threads={args.threads}", "device=cpu", *args.overrides])
-    allocator += "; " + bound_kernel_cache(run_precision(cfg).name, torch.device("cpu"))  # as train.py does
+    allocator = training_memory(run_precision(cfg).name, torch.device("cpu"))  # as train.py does
     torch.manual_seed(cfg.seed)
     splits = load_corpus(cfg, "multi30k")
     _, _, pairs, model, optimizer = training_setup(cfg, splits, Path(args.work) / "spm_multi30k")

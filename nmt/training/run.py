@@ -72,7 +72,7 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = (), dist: Dis
     set_threads(cfg.get("threads"))
     device = device or pick_device(cfg.device)
     precision = training_precision(cfg.train, device, dist)
-    memory = f"{reuse_freed_memory()}; {bound_kernel_cache(precision, device)}"  # before the first bf16 product
+    memory = training_memory(precision, device)
     if not dist.is_main:  # rank 0 trains the subwords or copies the checkpoint's files first
         dist.barrier("waiting for rank 0 to prepare the run folder")
     cfg, splits, model, toks, payload, init_reverse = start_or_resume(cfg, run_dir, device, overrides,
@@ -104,6 +104,18 @@ def train(cfg, run_dir: str | Path, overrides: list[str] | tuple = (), dist: Dis
         log_done(cfg, results, run_dir, agreement)
     dist.end_together()
     return results if dist.is_main else {**results, "rank": dist.rank}
+
+
+def training_memory(precision: str, device: torch.device) -> str:
+    """What a training process does to its memory before its first step, as a phrase for the log: glibc's
+    malloc as ``NMT_MALLOC`` asks (:func:`nmt.models.allocator.reuse_freed_memory`) and, for bf16 on a CPU,
+    oneDNN's kernel cache bounded (:func:`nmt.models.precision.bound_kernel_cache`); call it before the first
+    bf16 product. The benchmarks that train call it too, so they measure what ``train.py`` does.
+
+    Raises:
+        ValueError: a bad ``NMT_MALLOC`` or ``ONEDNN_PRIMITIVE_CACHE_CAPACITY``.
+    """
+    return f"{reuse_freed_memory()}; {bound_kernel_cache(precision, device)}"
 
 
 def training_precision(t, device, dist: Distributed) -> str:
