@@ -274,12 +274,13 @@ def main() -> None:
     if args.decode_only and (not args.checkpoint or args.scaling):
         parser.error("--decode-only needs --checkpoint (the model to decode) and excludes --scaling")
     torch.set_num_threads(args.threads)
-    # as train.py, or with --decode-only as translate.py, does by default (NMT_MALLOC= changes it for both)
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=[f"threads={args.threads}", "device=cpu", *args.overrides])
     # memory as translate.py (--decode-only) or train.py treats it (NMT_MALLOC= and the kernel cache's variable)
-    allocator = reuse_freed_memory(default="reuse") if args.decode_only else \
-        training_memory(run_precision(cfg).name, torch.device("cpu"))
+    if args.decode_only:
+        allocator = reuse_freed_memory(default="reuse")
+    else:
+        allocator = training_memory(run_precision(cfg).name, torch.device("cpu"))
     report: dict = {"overrides": args.overrides, "threads": args.threads, "torch": torch.__version__,
                     "allocator": allocator,
                     "precision": run_precision(cfg).name,
